@@ -1,0 +1,57 @@
+# miles on Kubernetes — the two commands in README.md are `make demo` and `make test`.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules
+
+ROOT  := $(CURDIR)
+TOOLS := $(ROOT)/.tools
+VENV  := $(ROOT)/.venv
+CHART := charts/miles
+export PATH := $(TOOLS)/bin:$(VENV)/bin:$(PATH)
+# Keep Python output unbuffered so long steps show progress as they happen.
+export PYTHONUNBUFFERED := 1
+
+PYTEST_ARGS ?=
+
+.PHONY: help tools lint lint-chart lint-python lint-docker unittest pytest test demo bench clean-tools lock
+
+help: ## list targets
+	@grep -E '^[a-z][-a-z]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+tools: ## build every pinned tool into .tools/ and the Python env into .venv/ (idempotent)
+	@ci/install-tools.sh all
+
+lint: tools lint-chart lint-python lint-docker ## ct lint (yamllint + schema), ruff, mypy, hadolint
+
+lint-chart:
+	ct lint --config ci/ct.yaml --charts $(CHART)
+
+lint-python:
+	ruff check hooks/ tests/ ci/ images/
+	ruff format --check hooks/ tests/ ci/ images/
+	mypy --config-file hooks/pyproject.toml hooks/src
+
+lint-docker:
+	ci/hadolint.sh
+
+unittest: tools ## helm-unittest suites under Helm 3 and Helm 4
+	ci/helm-unittest.sh helm3 $(CHART)
+	ci/helm-unittest.sh helm4 $(CHART)
+
+pytest: tools ## every pytest tier (hooks, chart rendering/validation, Ray, reward service, e2e)
+	pytest $(PYTEST_ARGS)
+
+test: tools lint unittest pytest ## all tests; fails if any tier fails or runs no tests
+
+demo: tools ## the main job: see README.md
+	ci/demo.sh
+
+bench: tools ## benchmarks; results land in tests/bench/results/
+	ci/bench.sh
+
+lock: ## re-resolve ci/requirements.lock from ci/requirements.txt in a scratch venv
+	ci/lock-requirements.sh
+
+clean-tools: ## remove .tools/ and .venv/
+	rm -rf $(TOOLS) $(VENV)

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Builds every tool the project uses into .tools/ from pinned package-registry sources.
+# Idempotent: each part is rebuilt only when the files that pin it change (a stamp holds their hash).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools="$root/.tools"
+bin="$tools/bin"
+stamps="$tools/stamps"
+mkdir -p "$bin" "$stamps"
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+
+log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+# fresh NAME FILE... -> true when the stamp for NAME matches the hash of FILEs
+fresh() {
+  local name=$1; shift
+  local want; want=$(cat "$@" | sha256sum | cut -d' ' -f1)
+  [[ -f "$stamps/$name" && "$(cat "$stamps/$name")" == "$want" ]]
+}
+stamp() {
+  local name=$1; shift
+  cat "$@" | sha256sum | cut -d' ' -f1 >"$stamps/$name"
+}
+
+# go_build_versioned DIR OUT PACKAGE MODULE VAR: builds PACKAGE of the tools module in DIR to OUT,
+# stamping MODULE's pinned version into the link-time variable VAR (tools print it with --version).
+go_build_versioned() {
+  local dir=$1 out=$2 pkg=$3 module=$4 var=$5 ldflags="-s -w"
+  if [[ -n $module ]]; then
+    ldflags+=" -X $var=$(cd "$dir" && go list -m -f '{{.Version}}' "$module")"
+  fi
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$out" "$pkg")
+}
+
+build_helms() {
+  local dir="$root/ci/tools/helm"
+  if fresh go-helm "$dir/go.mod" "$dir/go.sum" "$0"; then log "helm tools up to date"; return; fi
+  local m
+  for m in v3 v4; do
+    log "building helm $m"
+    go_build_versioned "$dir" "$tools/helm$m/helm" "helm.sh/helm/$m/cmd/helm" \
+      "helm.sh/helm/$m" "helm.sh/helm/$m/internal/version.version"
+  done
+  log "building helm-unittest, kubeconform, ct, helm-docs"
+  go_build_versioned "$dir" "$tools/untt" github.com/helm-unittest/helm-unittest/cmd/helm-unittest "" ""
+  go_build_versioned "$dir" "$bin/kubeconform" github.com/yannh/kubeconform/cmd/kubeconform \
+    github.com/yannh/kubeconform main.version
+  go_build_versioned "$dir" "$bin/ct" github.com/helm/chart-testing/v3/ct \
+    github.com/helm/chart-testing/v3 github.com/helm/chart-testing/v3/ct/cmd.Version
+  go_build_versioned "$dir" "$bin/helm-docs" github.com/norwoodj/helm-docs/cmd/helm-docs \
+    github.com/norwoodj/helm-docs main.version
+  stamp go-helm "$dir/go.mod" "$dir/go.sum" "$0"
+}
+
+# Each Helm gets its own config/cache/data/plugins under .tools/helmN so the two never share state,
+# and the helm-unittest plugin is installed into both.
+install_helm_wrappers() {
+  local m dir
+  for m in v3 v4; do
+    dir="$tools/helm$m"
+    mkdir -p "$dir/plugins/helm-unittest" "$dir/config" "$dir/cache" "$dir/data"
+    cp -f "$root/ci/tools/helm-unittest-plugin.yaml" "$dir/plugins/helm-unittest/plugin.yaml"
+    ln -sf ../../../untt "$dir/plugins/helm-unittest/untt"
+    cat >"$bin/helm${m#v}" <<WRAP
+#!/usr/bin/env bash
+export HELM_PLUGINS="$dir/plugins" HELM_CONFIG_HOME="$dir/config" HELM_CACHE_HOME="$dir/cache" HELM_DATA_HOME="$dir/data"
+exec "$dir/helm" "\$@"
+WRAP
+    chmod +x "$bin/helm${m#v}"
+  done
+  ln -sf helm4 "$bin/helm"
+}
+
+build_helmfile() {
+  local dir="$root/ci/tools/helmfile"
+  if fresh go-helmfile "$dir/go.mod" "$dir/go.sum" "$0"; then log "helmfile up to date"; return; fi
+  log "building helmfile (large; several minutes cold)"
+  (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$bin/helmfile" github.com/helmfile/helmfile)
+  stamp go-helmfile "$dir/go.mod" "$dir/go.sum" "$0"
+}
+
+python_env() {
+  local req="$root/ci/requirements.txt" lock="$root/ci/requirements.lock"
+  local pyproject="$root/hooks/pyproject.toml"
+  if fresh venv "$req" "$lock" "$pyproject" "$0" && [[ -x "$root/.venv/bin/python" ]]; then
+    log "python venv up to date"; return
+  fi
+  log "creating .venv"
+  python3 -m venv "$root/.venv"
+  "$root/.venv/bin/pip" install -q --upgrade pip
+  "$root/.venv/bin/pip" install -q -r "$req" -c "$lock"
+  "$root/.venv/bin/pip" install -q --no-deps -e "$root/hooks"
+  stamp venv "$req" "$lock" "$pyproject" "$0"
+}
+
+# checkov pins its own dependency set, which conflicts with ray's: it gets a venv of its own.
+checkov_env() {
+  local req="$root/ci/requirements-checkov.txt"
+  if fresh checkov "$req" "$0" && [[ -x "$tools/checkov/bin/checkov" ]]; then log "checkov up to date"; return; fi
+  log "creating checkov venv"
+  python3 -m venv "$tools/checkov"
+  "$tools/checkov/bin/pip" install -q --upgrade pip
+  "$tools/checkov/bin/pip" install -q -r "$req"
+  ln -sf ../checkov/bin/checkov "$bin/checkov"
+  stamp checkov "$req" "$0"
+}
+
+main() {
+  local part
+  for part in "${@:-all}"; do
+    case $part in
+      helm) build_helms; install_helm_wrappers ;;
+      helmfile) build_helmfile ;;
+      python) python_env ;;
+      checkov) checkov_env ;;
+      all) build_helms; install_helm_wrappers; build_helmfile; python_env; checkov_env ;;
+      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, python, checkov, all)" >&2; exit 2 ;;
+    esac
+  done
+  log "done"
+}
+main "$@"
