@@ -1,0 +1,5 @@
+import sys
+
+from miles_reward.server import main
+
+sys.exit(main())

@@ -1,0 +1,126 @@
+"""Service configuration, read from environment variables and validated once at start.
+
+Every variable is checked before anything else starts; a bad value stops the process with a message
+that names the variable, what was expected and what was found (see ``ConfigError``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Backend = Literal["math_verify", "reward_model"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+BACKENDS: tuple[Backend, ...] = ("math_verify", "reward_model")
+LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
+
+DEFAULT_PORT = 8080
+DEFAULT_TIMEOUT_SECONDS = 10.0
+DEFAULT_MAX_INFLIGHT = 512
+
+
+class ConfigError(ValueError):
+    """A configuration variable has an unusable value."""
+
+    def __init__(self, name: str, expected: str, found: str | None) -> None:
+        shown = "<unset>" if found is None else repr(found)
+        super().__init__(f"{name}: expected {expected}, found {shown}")
+        self.name = name
+
+
+@dataclass(frozen=True)
+class Config:
+    port: int = DEFAULT_PORT
+    host: str = "0.0.0.0"  # a service inside a pod listens on all interfaces
+    backend: Backend = "math_verify"
+    workers: int = 1
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    model_path: Path | None = None
+    log_level: LogLevel = "info"
+
+    @property
+    def shutdown_grace_seconds(self) -> float:
+        """How long SIGTERM waits for in-flight requests: one timeout plus a margin."""
+        return self.timeout_seconds + 5.0
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    expected = f"an integer from {low} to {high}"
+    try:
+        value = int(raw.strip(), 10)
+    except ValueError:
+        raise ConfigError(name, expected, raw) from None
+    if not low <= value <= high:
+        raise ConfigError(name, expected, raw)
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float, high: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    expected = f"a number of seconds > 0 and <= {high:g}"
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(name, expected, raw) from None
+    if not math.isfinite(value) or value <= 0 or value > high:
+        raise ConfigError(name, expected, raw)
+    return value
+
+
+def default_workers() -> int:
+    """One worker per CPU the process may use (the cgroup's CPU set), at least one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def load(env: Mapping[str, str] | None = None) -> Config:
+    """Builds the configuration from ``env`` (default: the process environment)."""
+    env = os.environ if env is None else env
+
+    backend_raw = env.get("REWARD_BACKEND", "math_verify").strip()
+    if backend_raw not in BACKENDS:
+        raise ConfigError("REWARD_BACKEND", " or ".join(BACKENDS), env.get("REWARD_BACKEND"))
+    backend: Backend = "math_verify" if backend_raw == "math_verify" else "reward_model"
+
+    level_raw = env.get("REWARD_LOG_LEVEL", "info").strip().lower()
+    if level_raw not in LOG_LEVELS:
+        raise ConfigError("REWARD_LOG_LEVEL", "|".join(LOG_LEVELS), env.get("REWARD_LOG_LEVEL"))
+    log_level: LogLevel = next(level for level in LOG_LEVELS if level == level_raw)
+
+    port = _int(env, "REWARD_PORT", DEFAULT_PORT, 1, 65535)
+    workers = _int(env, "REWARD_WORKERS", default_workers(), 1, 256)
+    max_inflight = _int(env, "REWARD_MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT, 1, 1_000_000)
+    timeout_seconds = _float(env, "REWARD_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_SECONDS, 3600.0)
+
+    model_path: Path | None = None
+    raw_path = env.get("REWARD_MODEL_PATH", "").strip()
+    if backend == "reward_model":
+        expected = "a directory holding a Hugging Face sequence-classification model (config.json)"
+        if not raw_path:
+            raise ConfigError("REWARD_MODEL_PATH", expected, env.get("REWARD_MODEL_PATH"))
+        model_path = Path(raw_path)
+        if not (model_path / "config.json").is_file():
+            raise ConfigError("REWARD_MODEL_PATH", expected, raw_path)
+
+    return Config(
+        port=port,
+        backend=backend,
+        workers=workers,
+        max_inflight=max_inflight,
+        timeout_seconds=timeout_seconds,
+        model_path=model_path,
+        log_level=log_level,
+    )

@@ -1,0 +1,327 @@
+"""A process pool for scoring with a hard per-sample timeout and bounded admission.
+
+Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot kill one task that hangs (a sympy
+expression such as 9^(9^(9^9)) never returns) without breaking the whole executor. Here each
+worker is a process with its own pipe; the parent knows which sample each worker is on and since
+when, and a watchdog kills a worker that runs past the timeout, answers that one sample with a
+``timeout`` failure, puts the worker's not-yet-started samples back at the head of the queue and
+starts a replacement.
+
+Admission is bounded: ``try_submit`` refuses (returns ``None``) when the samples would push the
+number admitted-and-unanswered past ``max_inflight``, so the queue can never grow without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import multiprocessing as mp
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from miles_reward.config import Backend
+from miles_reward.outcome import Failed, FailureKind, Outcome, Sample, Scored
+from miles_reward.worker import worker_main
+
+log = logging.getLogger("miles_reward.pool")
+
+MAX_CHUNK = 16  # samples sent to one worker at once (amortises pipe round trips)
+START_FAILURES_BEFORE_BROKEN = 3
+UNREADY_AFTER_CONSECUTIVE_FAILURES = 5
+UNREADY_COOLDOWN_SECONDS = 30.0
+
+
+@dataclass
+class _Job:
+    sample: Sample
+    future: asyncio.Future[Outcome]
+
+
+@dataclass
+class _Worker:
+    wid: int
+    proc: BaseProcess
+    conn: Connection
+    ready: bool = False
+    dead: bool = False
+    spawned_at: float = field(default_factory=time.monotonic)
+    head_started: float = 0.0
+    assigned: deque[_Job] = field(default_factory=deque)
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    backend: Backend
+    workers: int
+    max_inflight: int
+    timeout_seconds: float
+    model_path: Path | None = None
+    startup_timeout_seconds: float = 300.0
+
+
+class PoolStartError(RuntimeError):
+    pass
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        settings: PoolSettings,
+        on_restart: Callable[[str], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._on_restart = on_restart or (lambda _reason: None)
+        self._ctx = mp.get_context("forkserver")
+        if settings.backend == "math_verify":
+            # Replacement workers fork from a server that already imported sympy and math-verify.
+            self._ctx.set_forkserver_preload(["miles_reward.math_backend", "miles_reward.worker"])
+        self._workers: list[_Worker] = []
+        self._queue: deque[_Job] = deque()
+        self._inflight = 0
+        self._next_id = 0
+        self._closing = False
+        self._broken: str | None = None
+        self._start_failures = 0
+        self._consecutive_failures = 0
+        self._last_failure = 0.0
+        self._watchdog: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._spawning = 0
+
+    # ----------------------------------------------------------------- state
+    @property
+    def inflight(self) -> int:
+        """Samples admitted and not yet answered (queued or being scored)."""
+        return self._inflight
+
+    @property
+    def ready_workers(self) -> int:
+        return sum(1 for w in self._workers if w.ready and not w.dead)
+
+    @property
+    def broken(self) -> str | None:
+        """Why the pool can no longer score (workers fail to start), or None."""
+        return self._broken
+
+    def readiness(self) -> tuple[bool, str]:
+        if self._closing:
+            return False, "shutting down"
+        if self._broken:
+            return False, f"pool broken: {self._broken}"
+        if self.ready_workers == 0:
+            return False, "no worker ready"
+        if self._inflight >= self.settings.max_inflight:
+            return False, f"at capacity ({self._inflight}/{self.settings.max_inflight} in flight)"
+        recent = time.monotonic() - self._last_failure < UNREADY_COOLDOWN_SECONDS
+        if self._consecutive_failures >= UNREADY_AFTER_CONSECUTIVE_FAILURES and recent:
+            return False, (
+                f"{self._consecutive_failures} consecutive failed checks, last "
+                f"{time.monotonic() - self._last_failure:.1f}s ago"
+            )
+        return True, "ok"
+
+    # ------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        for _ in range(self.settings.workers):
+            await self._spawn()
+        deadline = time.monotonic() + self.settings.startup_timeout_seconds
+        while self.ready_workers < self.settings.workers:
+            if self._broken:
+                raise PoolStartError(self._broken)
+            if time.monotonic() > deadline:
+                raise PoolStartError(
+                    f"workers not ready after {self.settings.startup_timeout_seconds:g}s"
+                )
+            await asyncio.sleep(0.02)
+        tick = min(0.05, self.settings.timeout_seconds / 20)
+        self._watchdog = asyncio.create_task(self._watch(tick), name="reward-pool-watchdog")
+
+    async def close(self, grace_seconds: float = 5.0) -> None:
+        self._closing = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        while self._queue:
+            self._resolve(self._queue.popleft(), Failed("shutting_down", "service is stopping"))
+        for w in list(self._workers):
+            with contextlib.suppress(OSError, ValueError):
+                w.conn.send(None)
+        deadline = time.monotonic() + grace_seconds
+        for w in list(self._workers):
+            await asyncio.to_thread(w.proc.join, max(0.0, deadline - time.monotonic()))
+        for w in list(self._workers):
+            self._retire(w, Failed("shutting_down", "service is stopping"), requeue=False)
+
+    # ------------------------------------------------------------ submission
+    def try_submit(self, samples: Sequence[Sample]) -> list[asyncio.Future[Outcome]] | None:
+        """Futures for ``samples``, or None when admitting them would exceed max_inflight."""
+        if self._closing or self._broken:
+            return None
+        if self._inflight + len(samples) > self.settings.max_inflight:
+            return None
+        loop = self._loop or asyncio.get_running_loop()
+        futures: list[asyncio.Future[Outcome]] = []
+        for sample in samples:
+            fut: asyncio.Future[Outcome] = loop.create_future()
+            self._queue.append(_Job(sample, fut))
+            futures.append(fut)
+        self._inflight += len(samples)
+        self._dispatch()
+        return futures
+
+    # -------------------------------------------------------------- internals
+    def _resolve(self, job: _Job, outcome: Outcome) -> None:
+        self._inflight -= 1
+        if isinstance(outcome, Scored):
+            self._consecutive_failures = 0
+        elif outcome.kind in ("timeout", "worker_died", "internal_error"):
+            self._consecutive_failures += 1
+            self._last_failure = time.monotonic()
+        if not job.future.done():
+            job.future.set_result(outcome)
+
+    def _dispatch(self) -> None:
+        if not self._queue:
+            return
+        ready = [w for w in self._workers if w.ready and not w.dead]
+        idle = [w for w in ready if not w.assigned]
+        if not idle:
+            return
+        now = time.monotonic()
+        for w in idle:
+            if not self._queue:
+                break
+            size = max(1, min(MAX_CHUNK, math.ceil(len(self._queue) / len(ready))))
+            chunk = [self._queue.popleft() for _ in range(min(size, len(self._queue)))]
+            w.assigned.extend(chunk)
+            w.head_started = now
+            try:
+                w.conn.send([job.sample for job in chunk])
+            except (OSError, ValueError):
+                self._worker_lost(w, "worker_died", "worker pipe closed while sending work")
+
+    async def _spawn(self) -> None:
+        parent_conn, child_conn = mp.Pipe(duplex=True)
+        wid = self._next_id
+        self._next_id += 1
+        proc = self._ctx.Process(
+            target=worker_main,
+            args=(child_conn, self.settings.backend, self.settings.model_path),
+            name=f"reward-worker-{wid}",
+            daemon=True,
+        )
+        self._spawning += 1
+        try:
+            # Starting talks to the fork server (which may be starting itself): keep the loop free.
+            await asyncio.to_thread(proc.start)
+        finally:
+            self._spawning -= 1
+        child_conn.close()
+        worker = _Worker(wid=wid, proc=proc, conn=parent_conn)
+        self._workers.append(worker)
+        assert self._loop is not None
+        self._loop.add_reader(parent_conn.fileno(), self._on_readable, worker)
+        log.debug("started worker %d (pid %s)", wid, proc.pid)
+
+    def _on_readable(self, w: _Worker) -> None:
+        try:
+            while not w.dead and w.conn.poll():
+                self._on_message(w, w.conn.recv())
+        except (EOFError, OSError):
+            code = w.proc.exitcode
+            if code is None:
+                w.proc.join(0.5)
+                code = w.proc.exitcode
+            self._worker_lost(w, "worker_died", f"worker process exited (exit code {code})")
+
+    def _on_message(self, w: _Worker, msg: Any) -> None:
+        if isinstance(msg, Scored | Failed):
+            job = w.assigned.popleft()
+            w.head_started = time.monotonic()
+            self._resolve(job, msg)
+            if not w.assigned:
+                self._dispatch()
+            return
+        tag, value = msg
+        if tag == "ready":
+            w.ready = True
+            self._start_failures = 0
+            log.debug("worker %d ready (pid %s)", w.wid, value)
+            self._dispatch()
+        elif tag == "load_failed":
+            log.error(
+                "worker %d could not load the %s backend: %s", w.wid, self.settings.backend, value
+            )
+            self._start_failures += 1
+            if self._start_failures >= START_FAILURES_BEFORE_BROKEN:
+                self._broken = f"workers fail to load the backend: {value}"
+            self._worker_lost(w, "internal_error", f"worker could not load backend: {value}")
+
+    def _worker_lost(self, w: _Worker, kind: FailureKind, detail: str) -> None:
+        if w.dead:
+            return
+        if not w.ready and kind == "worker_died":
+            self._start_failures += 1
+            if self._start_failures >= START_FAILURES_BEFORE_BROKEN:
+                self._broken = f"workers exit before becoming ready ({detail})"
+        log.warning("worker %d lost: %s: %s", w.wid, kind, detail)
+        self._retire(w, Failed(kind, detail), requeue=True)
+        self._on_restart(kind)
+        if self._broken:
+            while self._queue:
+                self._resolve(self._queue.popleft(), Failed("internal_error", self._broken))
+            return
+        if not self._closing and self._loop is not None:
+            self._loop.create_task(self._spawn())
+
+    def _retire(self, w: _Worker, head_outcome: Failed, requeue: bool) -> None:
+        """Stops ``w`` for good: its current sample gets ``head_outcome``; the rest go back."""
+        w.dead = True
+        if self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(w.conn.fileno())
+        with contextlib.suppress(OSError):
+            w.conn.close()
+        if w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join(1.0)
+        if w.assigned:
+            self._resolve(w.assigned.popleft(), head_outcome)
+        rest = list(w.assigned)
+        w.assigned.clear()
+        if requeue and not self._closing:
+            self._queue.extendleft(reversed(rest))
+        else:
+            for job in rest:
+                self._resolve(job, head_outcome)
+        if w in self._workers:
+            self._workers.remove(w)
+        self._dispatch()
+
+    async def _watch(self, tick: float) -> None:
+        limit = self.settings.timeout_seconds
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for w in list(self._workers):
+                if w.dead:
+                    continue
+                if w.assigned and now - w.head_started > limit:
+                    self._worker_lost(
+                        w,
+                        "timeout",
+                        f"check ran past REWARD_TIMEOUT_SECONDS={limit:g}s; "
+                        "its worker was killed and replaced",
+                    )
+                elif not w.ready and now - w.spawned_at > self.settings.startup_timeout_seconds:
+                    self._worker_lost(w, "worker_died", "worker did not become ready in time")
