@@ -1,0 +1,265 @@
+"""Launching the ranks, writing the report, the exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, Options, parse_args, spec_settings
+from .nvml import node_health
+from .ranks import node_name
+from .verdict import build_report, format_table
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_TIMEOUT = 0, 1, 2, 3
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _under_launcher() -> bool:
+    """True under torchrun (or any launcher that sets the env:// variables)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def _spawn_entry(  # noqa: PLR0917 - torch passes these positionally
+    local_rank: int,
+    opts_data: dict[str, Any],
+    nproc: int,
+    num_nodes: int,
+    node_rank: int,
+    addr: str,
+    port: int,
+    workdir: str,
+) -> None:
+    os.environ.update(
+        {
+            "MASTER_ADDR": addr,
+            "MASTER_PORT": str(port),
+            "LOCAL_RANK": str(local_rank),
+            "RANK": str(node_rank * nproc + local_rank),
+            "WORLD_SIZE": str(num_nodes * nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "GROUP_RANK": str(node_rank),
+        }
+    )
+    from .ranks import rank_main  # noqa: PLC0415
+
+    raw = rank_main(Options.from_dict(opts_data), workdir)
+    if raw is not None and local_rank == 0:
+        tmp = Path(workdir) / "raw.json.tmp"
+        tmp.write_text(json.dumps(raw))
+        tmp.replace(Path(workdir) / "raw.json")
+
+
+def _startup_failure(error: str, phase: str = "start") -> dict[str, Any]:
+    """Raw measurements for a node where the ranks could not run: NVML findings plus the error."""
+    name = node_name()
+    return {
+        "world_size": 0,
+        "gpus": [],
+        "allreduce": [],
+        "sendrecv": [],
+        "nodes": [{"name": name, "node_rank": 0, "ranks": [], "local_gpus": None, "health": node_health()}],
+        "errors": [{"rank": None, "node": name, "phase": phase, "error": error}],
+    }
+
+
+def run_local(
+    opts: Options,
+    *,
+    num_nodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Spawn one process per visible GPU and return (raw measurements, timed_out)."""
+    try:
+        import torch  # noqa: PLC0415
+        import torch.multiprocessing as tmp_mp  # noqa: PLC0415
+    except ImportError as exc:
+        return _startup_failure(f"torch not importable: {exc}"), False
+    nproc = torch.cuda.device_count()
+    if nproc == 0:
+        return _startup_failure(
+            "torch sees no CUDA GPU (CUDA_VISIBLE_DEVICES, driver, or the pod's GPU request)"
+        ), False
+    if num_nodes > 1 and (not master_addr or not master_port):
+        raise ConfigError("several nodes need master_addr and master_port")
+    addr = master_addr or "127.0.0.1"
+    port = master_port or _free_port()
+    workdir = tempfile.mkdtemp(prefix="miles-gpu-check-")
+    try:
+        ctx = tmp_mp.start_processes(
+            _spawn_entry,
+            args=(opts.to_dict(), nproc, num_nodes, node_rank, addr, port, workdir),
+            nprocs=nproc,
+            join=False,
+            start_method="spawn",
+        )
+        deadline = time.monotonic() + opts.timeout_s
+        error: str | None = None
+        timed_out = False
+        while True:
+            try:
+                if ctx.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
+                    break
+            except Exception as exc:
+                error = (
+                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+                )
+                break
+            if time.monotonic() >= deadline:
+                timed_out = True
+                for proc in ctx.processes:
+                    if proc.is_alive():
+                        proc.kill()
+                for proc in ctx.processes:
+                    proc.join(5)
+                break
+        raw_path = Path(workdir) / "raw.json"
+        if raw_path.exists() and error is None and not timed_out:
+            return json.loads(raw_path.read_text()), False
+        phases = {p.name: p.read_text() for p in sorted(Path(workdir).glob("phase-*"))}
+        where = (
+            ", ".join(f"rank {k.split('-', 1)[1]} in {v}" for k, v in phases.items())
+            or "before the first phase"
+        )
+        if timed_out:
+            msg = (
+                f"gpu-check did not finish within {opts.timeout_s:.0f} s (hung collective or GPU?); "
+                f"last phases: {where}"
+            )
+        else:
+            msg = f"a rank process died ({error}); last phases: {where}"
+        return _startup_failure(msg, "run"), timed_out
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def finish(raw: dict[str, Any], opts: Options, wall_s: float, *, write: bool = True) -> dict[str, Any]:
+    """Build the report, write JSON + PNG to ``opts.out_dir``, log the table/verdict."""
+    raw = dict(raw)
+    raw["wall_s"] = wall_s
+    report = build_report(raw, opts)
+    if write:
+        out = Path(opts.out_dir)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            if opts.plot:
+                from .plot import write_plot  # noqa: PLC0415
+
+                png = write_plot(report, out / "gpu-check.png")
+                report["plot"] = str(png) if png else None
+            report["report_path"] = str(out / "gpu-check.json")
+            (out / "gpu-check.json").write_text(json.dumps(report, indent=1, default=str))
+        except OSError as exc:
+            print(f"gpu-check: cannot write the report under {out}: {exc}", file=sys.stderr)
+    if opts.log_format == "json":
+        print(
+            json.dumps(
+                {
+                    "step": "gpu-check",
+                    "level": "info" if report["ok"] else "error",
+                    "message": report["verdict"],
+                    "failures": report["failures"],
+                    "report": report.get("report_path"),
+                }
+            ),
+            flush=True,
+        )
+    else:
+        print(format_table(report), flush=True)
+    return report
+
+
+def check_node(
+    argv: Sequence[str] = (),
+    *,
+    spec: Mapping[str, Any] | None = None,
+    num_nodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    write: bool = True,
+) -> dict[str, Any]:
+    """Run every check on this node (one process per visible GPU) and return the report dict.
+
+    See the package docstring; ``report["exit_code"]`` is what ``gpu-check`` would exit with.
+    """
+    t0 = time.perf_counter()
+    opts = parse_args(argv)
+    if spec is not None:
+        opts = apply_spec(opts, spec, argv)
+    raw, timed_out = run_local(
+        opts, num_nodes=num_nodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port
+    )
+    report = finish(raw, opts, time.perf_counter() - t0, write=write)
+    report["exit_code"] = EXIT_TIMEOUT if timed_out else (EXIT_OK if report["ok"] else EXIT_FAILED)
+    return report
+
+
+def apply_spec(opts: Options, spec: Mapping[str, Any], argv: Sequence[str]) -> Options:
+    """Spec values for what the flags in ``argv`` did not set."""
+    settings = spec_settings(spec)
+    flags = {a.split("=", 1)[0] for a in argv}
+    th = opts.thresholds
+    names = {
+        "tolerance": "--tolerance",
+        "matmul_tflops": "--matmul-tflops",
+        "copy_gbps": "--copy-gbps",
+        "allreduce_busbw_gbps": "--allreduce-gbps",
+        "sendrecv_busbw_gbps": "--sendrecv-gbps",
+    }
+    th = replace(th, **{k: v for k, v in settings.get("thresholds", {}).items() if names[k] not in flags})
+    expected = (
+        opts.expected_gpus
+        if "--expected-gpus" in flags
+        else settings.get("expected_gpus", opts.expected_gpus)
+    )
+    return replace(opts, thresholds=th, expected_gpus=expected, enabled=settings.get("enabled", opts.enabled))
+
+
+def main(argv: Sequence[str]) -> int:
+    """``miles-hooks gpu-check [flags]``: 0 pass, 1 a check failed, 2 bad input, 3 timeout."""
+    t0 = time.perf_counter()
+    try:
+        opts = parse_args(argv)
+    except ConfigError as exc:
+        print(f"gpu-check: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
+        return EXIT_OK if exc.code in (0, None) else EXIT_BAD_INPUT
+    if not opts.enabled:
+        print("gpu-check: disabled by the run spec (checks.gpu.enabled: false); nothing checked", flush=True)
+        return EXIT_OK
+    if _under_launcher():
+        from .ranks import rank_main  # noqa: PLC0415
+
+        raw = rank_main(opts)
+        if raw is None:
+            return EXIT_FAILED
+        if int(os.environ["RANK"]) != 0:
+            return EXIT_OK if not build_report(raw, opts)["failures"] else EXIT_FAILED
+        report = finish(raw, opts, time.perf_counter() - t0)
+        return EXIT_OK if report["ok"] else EXIT_FAILED
+    try:
+        raw, timed_out = run_local(opts)
+    except ConfigError as exc:
+        print(f"gpu-check: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    report = finish(raw, opts, time.perf_counter() - t0)
+    if timed_out:
+        return EXIT_TIMEOUT
+    return EXIT_OK if report["ok"] else EXIT_FAILED

@@ -1,0 +1,66 @@
+"""Thin helpers over ``ray.job_submission`` (imported lazily: Ray is heavy and absent from the
+convert path)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from miles_hooks.errors import CheckFailed
+
+TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+
+
+def client(address: str, attempts: int = 3, delay: float = 2.0) -> Any:
+    """A JobSubmissionClient for the dashboard at ``address``; CheckFailed when it is unreachable."""
+    from ray.job_submission import JobSubmissionClient  # noqa: PLC0415
+
+    last: Exception | None = None
+    for attempt in range(attempts):
+        try:
+            return JobSubmissionClient(address)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            last = exc
+            if attempt + 1 < attempts:
+                time.sleep(delay)
+    raise CheckFailed(
+        f"Ray dashboard at {address} is not reachable: {last}; expected the head service of the "
+        "RayCluster to answer (check rayCluster.dashboardUrl and that wait-ready passed)")
+
+
+def is_not_found(exc: BaseException) -> bool:
+    text = str(exc)
+    return "404" in text or "does not exist" in text or "not found" in text.lower()
+
+
+def get_job(cl: Any, submission_id: str) -> Any | None:
+    """The job's JobDetails, or None when Ray has no job with that submission id."""
+    try:
+        return cl.get_job_info(submission_id)
+    except RuntimeError as exc:
+        if is_not_found(exc):
+            return None
+        raise CheckFailed(f"reading Ray job {submission_id} failed: {exc}") from exc
+
+
+def status_name(status: Any) -> str:
+    return str(getattr(status, "value", status))
+
+
+def wait_terminal(cl: Any, submission_id: str, timeout: float) -> str:
+    """Wait until the job is terminal; returns its state name or raises HookTimeout."""
+    from miles_hooks.errors import HookTimeout  # noqa: PLC0415
+
+    deadline = time.monotonic() + timeout
+    delay = 0.2
+    while True:
+        job = get_job(cl, submission_id)
+        if job is None:
+            return "MISSING"
+        state = status_name(job.status)
+        if state in TERMINAL:
+            return state
+        if time.monotonic() >= deadline:
+            raise HookTimeout(f"Ray job {submission_id} still {state} after {timeout:.0f}s")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 2.0)

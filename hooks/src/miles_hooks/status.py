@@ -1,0 +1,103 @@
+"""status: the run's Ray job state, its recent log lines and the cluster's health (for `helm test`).
+
+Exit 0 when the GCS is healthy and the job exists and is PENDING, RUNNING or SUCCEEDED; exit 1 when the
+job is missing, FAILED or STOPPED, or the cluster is unhealthy.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from typing import Any
+
+from miles_hooks import log, rayjobs
+from miles_hooks.errors import CheckFailed
+from miles_hooks.spec import RunSpec
+
+LOG = log.get("status")
+
+
+def gcs_health(dashboard_url: str, timeout: float = 5.0) -> tuple[bool, str]:
+    """(healthy, detail) from the dashboard's ``/api/gcs_healthz`` endpoint."""
+    url = dashboard_url.rstrip("/") + "/api/gcs_healthz"
+    if not url.startswith(("http://", "https://")):
+        return False, f"dashboard URL {dashboard_url!r} is not http(s)"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - scheme checked above
+            body = resp.read(256).decode("utf-8", "replace").strip()
+            return (resp.status == 200 and body == "success"), f"HTTP {resp.status}: {body}"
+    except urllib.error.HTTPError as exc:
+        return False, f"HTTP {exc.code} from {url}"
+    except (urllib.error.URLError, OSError) as exc:
+        return False, f"{url} unreachable: {getattr(exc, 'reason', exc)}"
+
+
+def tail(text: str, lines: int) -> list[str]:
+    if lines <= 0:
+        return []
+    return text.splitlines()[-lines:]
+
+
+def collect(spec: RunSpec, log_lines: int = 20, kube: bool = False) -> dict[str, Any]:
+    sid = spec.submission_id()
+    healthy, detail = gcs_health(spec.dashboard_url)
+    result: dict[str, Any] = {"submissionId": sid, "gcsHealthy": healthy, "gcsDetail": detail,
+                              "job": None, "logTail": [], "rayCluster": None}
+    if healthy:
+        cl = rayjobs.client(spec.dashboard_url, attempts=1)
+        job = rayjobs.get_job(cl, sid)
+        if job is not None:
+            result["job"] = {"state": rayjobs.status_name(job.status), "message": job.message,
+                             "entrypoint": job.entrypoint, "startTime": job.start_time, "endTime": job.end_time}
+            try:
+                result["logTail"] = tail(cl.get_job_logs(sid), log_lines)
+            except RuntimeError as exc:
+                result["logTail"] = [f"(logs unavailable: {exc})"]
+    if kube:
+        from miles_hooks import wait_ready  # noqa: PLC0415
+
+        result["rayCluster"] = wait_ready.read_cluster_health(spec)
+    return result
+
+
+def problems(result: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    if not result["gcsHealthy"]:
+        out.append(f"Ray GCS not healthy: {result['gcsDetail']}")
+    job = result["job"]
+    if result["gcsHealthy"] and job is None:
+        out.append(f"no Ray job {result['submissionId']} (expected the submit hook to have created it)")
+    elif job is not None and job["state"] in ("FAILED", "STOPPED"):
+        out.append(f"Ray job {result['submissionId']} is {job['state']}: {job.get('message') or ''}".rstrip(": "))
+    cluster = result.get("rayCluster")
+    if isinstance(cluster, dict) and not cluster.get("ready", False):
+        out.append("RayCluster not ready: " + "; ".join(cluster.get("reasons") or ["unknown"]))
+    return out
+
+
+def render(result: dict[str, Any]) -> str:
+    job = result["job"] or {}
+    lines = [
+        f"submission id : {result['submissionId']}",
+        f"ray gcs       : {'healthy' if result['gcsHealthy'] else 'UNHEALTHY'} ({result['gcsDetail']})",
+        f"job state     : {job.get('state', 'absent')}",
+    ]
+    if job.get("message"):
+        lines.append(f"job message   : {job['message']}")
+    cluster = result.get("rayCluster")
+    if isinstance(cluster, dict):
+        lines.append(f"raycluster    : {'ready' if cluster.get('ready') else 'NOT READY'} "
+                     + "; ".join(cluster.get("reasons") or []))
+    if result["logTail"]:
+        lines.append("recent job log:")
+        lines.extend(f"  | {line}" for line in result["logTail"])
+    return "\n".join(lines)
+
+
+def run(spec: RunSpec, log_lines: int = 20, kube: bool = False) -> dict[str, Any]:
+    result = collect(spec, log_lines=log_lines, kube=kube)
+    found = problems(result)
+    result["problems"] = found
+    if found:
+        raise CheckFailed("run status is not healthy:", found)
+    return result
