@@ -1,0 +1,190 @@
+{{/*
+Names, labels, images and paths shared by every template.
+*/}}
+
+{{/* miles.name: the chart name (or nameOverride), DNS-1035, ≤ 53 characters. */}}
+{{- define "miles.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 53 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+miles.fullname: prefix of every object the chart creates. ≤ 53 characters (room for KubeRay's
+"-head-svc"-style suffixes is checked by the validation of rayCluster.name), DNS-1035.
+*/}}
+{{- define "miles.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 53 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 53 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 53 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* miles.componentName: (dict "context" $ "component" "x") -> <fullname>-x, ≤ 63 characters. */}}
+{{- define "miles.componentName" -}}
+{{- printf "%s-%s" (include "miles.fullname" .context) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "miles.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* miles.selectorLabels: labels that select the release's pods. */}}
+{{- define "miles.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "miles.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* miles.labels: common labels of every object. */}}
+{{- define "miles.labels" -}}
+helm.sh/chart: {{ include "miles.chart" . }}
+{{ include "miles.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: miles
+{{- end -}}
+
+{{/* miles.componentSelectorLabels: (dict "context" $ "component" "x") */}}
+{{- define "miles.componentSelectorLabels" -}}
+{{ include "miles.selectorLabels" .context }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* miles.componentLabels: (dict "context" $ "component" "x") */}}
+{{- define "miles.componentLabels" -}}
+{{ include "miles.labels" .context }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* miles.imageRef: (dict "image" .Values.image "default" appVersion) -> repo@digest or repo:tag */}}
+{{- define "miles.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .default .image.tag | toString) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "miles.image" -}}
+{{- include "miles.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "miles.hooksImage" -}}
+{{- include "miles.imageRef" (dict "image" .Values.hooks.image "default" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "miles.rewardImage" -}}
+{{- include "miles.imageRef" (dict "image" .Values.reward.image "default" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* miles.rollingTag: "true" when the miles image uses a rolling tag and no digest. */}}
+{{- define "miles.rollingTag" -}}
+{{- if and (not .Values.image.digest) (has (toString .Values.image.tag) (list "latest" "dev" "nightly" "main" "")) -}}true{{- end -}}
+{{- end -}}
+
+{{/* miles.path: (dict "context" $ "path" p) -> p when absolute, else <mountPath>/p */}}
+{{- define "miles.path" -}}
+{{- if hasPrefix "/" .path -}}
+{{- .path -}}
+{{- else -}}
+{{- printf "%s/%s" (trimSuffix "/" .context.Values.storage.mountPath) .path -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "miles.hfPath" -}}
+{{- $default := printf "models/%s" (last (splitList "/" .Values.model.repoId)) -}}
+{{- include "miles.path" (dict "context" . "path" (default $default .Values.model.hfPath)) -}}
+{{- end -}}
+
+{{- define "miles.torchDistPath" -}}
+{{- if .Values.model.torchDistPath -}}
+{{- include "miles.path" (dict "context" . "path" .Values.model.torchDistPath) -}}
+{{- else -}}
+{{- printf "%s_torch_dist" (include "miles.hfPath" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "miles.promptData" -}}
+{{- include "miles.path" (dict "context" . "path" (default "data/dapo-math-17k/dapo-math-17k.jsonl" .Values.data.promptData)) -}}
+{{- end -}}
+
+{{/* miles.outputDir: per-release run directory (separate releases never share a checkpoint dir). */}}
+{{- define "miles.outputDir" -}}
+{{- include "miles.path" (dict "context" . "path" (default (printf "runs/%s/%s" .Release.Namespace .Release.Name) .Values.output.dir)) -}}
+{{- end -}}
+
+{{/* miles.claimName: the PVC every pod mounts. */}}
+{{- define "miles.claimName" -}}
+{{- if eq .Values.storage.type "existingClaim" -}}
+{{- .Values.storage.existingClaim -}}
+{{- else -}}
+{{- include "miles.componentName" (dict "context" . "component" "fsx") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* miles.clusterScopedName: <namespace>-<fullname>-<suffix> for cluster-scoped objects (PV, StorageClass, ClusterRole). */}}
+{{- define "miles.clusterScopedName" -}}
+{{- printf "%s-%s-%s" .context.Release.Namespace (include "miles.fullname" .context) .suffix | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "miles.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "miles.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "miles.hooksServiceAccountName" -}}
+{{- if .Values.hooks.rbac.create -}}
+{{- include "miles.componentName" (dict "context" . "component" "hooks") -}}
+{{- else -}}
+{{- include "miles.serviceAccountName" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* miles.rewardUrl: in-cluster URL of the chart's reward service, or recipe.reward.url. */}}
+{{- define "miles.rewardUrl" -}}
+{{- if .Values.reward.enabled -}}
+{{- printf "http://%s.%s.svc:8080/score" (include "miles.componentName" (dict "context" . "component" "reward")) .Release.Namespace -}}
+{{- else -}}
+{{- .Values.recipe.reward.url -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "miles.rewardType" -}}
+{{- if .Values.reward.enabled -}}remote_rm{{- else -}}{{ .Values.recipe.reward.type }}{{- end -}}
+{{- end -}}
+
+{{/*
+miles.quantityBytes: a Kubernetes quantity ("8Gi", "500M", "1.5Ti", "2") -> bytes as a float string;
+"-1" when it cannot be parsed (the validation reports it).
+*/}}
+{{- define "miles.quantityBytes" -}}
+{{- $q := toString . -}}
+{{- $m := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $suffix := trimPrefix $m $q -}}
+{{- $mult := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 "m" 0.001 -}}
+{{- if and $m (hasKey $mult $suffix) -}}
+{{- mulf (float64 $m) (get $mult $suffix) -}}
+{{- else -}}
+-1
+{{- end -}}
+{{- end -}}
+
+{{/*
+miles.podLabels: (dict "context" $ "component" "x" "extra" map) -> labels of a pod template. Only
+stable labels (no chart version): a chart upgrade alone must not change the Ray pod templates.
+*/}}
+{{- define "miles.podLabels" -}}
+{{- $labels := merge (dict) (default (dict) .extra) .context.Values.scheduling.podLabels -}}
+{{ include "miles.componentSelectorLabels" . }}
+app.kubernetes.io/part-of: miles
+{{- range $k, $v := $labels }}
+{{ $k }}: {{ $v | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,175 @@
+{{/*
+miles.trainArgs: the full train argument list (JSON array of strings), excluding the profile's model
+args, which the submitted entrypoint expands at run time in the same shell.
+*/}}
+{{- define "miles.trainArgs" -}}
+{{- $v := .Values -}}
+{{- $t := include "miles.topology" . | fromJson -}}
+{{- $r := $v.recipe -}}
+{{- $out := include "miles.outputDir" . -}}
+{{- $a := list
+  "--train-backend" $v.model.trainBackend
+  "--actor-num-nodes" (toString $t.actorNodes)
+  "--actor-num-gpus-per-node" (toString $t.actorGpusPerNode)
+  "--num-gpus-per-node" (toString $t.gpusPerWorker)
+  "--rollout-num-gpus" (toString $t.rolloutGpus)
+  "--rollout-num-gpus-per-engine" (toString $t.rolloutGpusPerEngine)
+-}}
+{{- if $t.colocate -}}{{- $a = append $a "--colocate" -}}{{- end -}}
+{{- $a = concat $a (list
+  "--tensor-model-parallel-size" (toString $t.tensorParallel)
+  "--pipeline-model-parallel-size" (toString $t.pipelineParallel)
+  "--context-parallel-size" (toString $t.contextParallel)
+  "--expert-model-parallel-size" (toString $t.expertParallel)
+  "--hf-checkpoint" (include "miles.hfPath" .)) -}}
+{{- if eq $v.model.trainBackend "megatron" -}}
+{{- $a = concat $a (list "--ref-load" (include "miles.torchDistPath" .)) -}}
+{{- end -}}
+{{- $a = concat $a (list
+  "--load" (printf "%s/checkpoints" $out)
+  "--save" (printf "%s/checkpoints" $out)
+  "--save-interval" (toString (int $r.saveInterval))
+  "--prompt-data" (include "miles.promptData" .)
+  "--input-key" $v.data.inputKey
+  "--label-key" $v.data.labelKey) -}}
+{{- if $v.data.applyChatTemplate -}}{{- $a = append $a "--apply-chat-template" -}}{{- end -}}
+{{- if and $v.data.evalData (gt (int $r.evalInterval) 0) -}}
+{{- $a = append $a "--eval-prompt-data" -}}
+{{- range $v.data.evalData -}}
+{{- $a = concat $a (list .name (include "miles.path" (dict "context" $ "path" .path))) -}}
+{{- end -}}
+{{- $a = concat $a (list "--eval-interval" (toString (int $r.evalInterval))) -}}
+{{- end -}}
+{{- $a = concat $a (list "--rm-type" (include "miles.rewardType" .)) -}}
+{{- with include "miles.rewardUrl" . -}}
+{{- if eq (include "miles.rewardType" $) "remote_rm" -}}{{- $a = concat $a (list "--rm-url" .) -}}{{- end -}}
+{{- end -}}
+{{- $a = concat $a (list
+  "--num-rollout" (toString (int $r.numRollout))
+  "--rollout-batch-size" (toString (int $r.rolloutBatchSize))
+  "--n-samples-per-prompt" (toString (int $r.nSamplesPerPrompt))
+  "--global-batch-size" (toString (int $r.globalBatchSize))
+  "--num-steps-per-rollout" (toString (int $r.numStepsPerRollout))
+  "--rollout-max-response-len" (toString (int $r.rolloutMaxResponseLen))
+  "--rollout-temperature" (toString $r.rolloutTemperature)
+  "--lr" (toString $r.lr)
+  "--advantage-estimator" $r.advantageEstimator) -}}
+{{- if gt (int $r.maxTokensPerGpu) 0 -}}
+{{- $a = concat $a (list "--use-dynamic-batch-size" "--max-tokens-per-gpu" (toString (int $r.maxTokensPerGpu))) -}}
+{{- end -}}
+{{- $a = concat $a (list
+  "--sglang-mem-fraction-static" (toString $r.sglangMemFractionStatic)
+  "--sglang-log-level" $r.sglangLogLevel) -}}
+{{- if $r.tracking.tensorboard -}}
+{{- $a = concat $a (list "--use-tensorboard" "--tensorboard-dir" (printf "%s/tensorboard" $out)) -}}
+{{- end -}}
+{{- if $r.tracking.wandb.enabled -}}
+{{- $a = concat $a (list "--use-wandb" "--wandb-project" $r.tracking.wandb.project "--wandb-group" (default .Release.Name $r.tracking.wandb.group)) -}}
+{{- end -}}
+{{- if $r.useFaultTolerance -}}{{- $a = append $a "--use-fault-tolerance" -}}{{- end -}}
+{{- range $r.extraArgs -}}{{- $a = append $a (toString .) -}}{{- end -}}
+{{- toJson $a -}}
+{{- end -}}
+
+{{/*
+miles.runSpec: the run spec dict (DESIGN.md "Contract: the run spec"), as pretty JSON.
+Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/chart.
+*/}}
+{{- define "miles.runSpec" -}}
+{{- $v := .Values -}}
+{{- $full := include "miles.fullname" . -}}
+{{- $t := include "miles.topology" . | fromJson -}}
+{{- $pools := include "miles.pools" . | fromJson -}}
+{{- $rc := include "miles.rayClusterName" . -}}
+{{- $rayEnabled := eq $v.mode "rayCluster" -}}
+{{- $headSvc := printf "%s-head-svc" $rc -}}
+{{- $dashboard := printf "http://%s.%s.svc:8265" $headSvc .Release.Namespace -}}
+{{- if not $rayEnabled -}}
+{{- $headSvc = "127.0.0.1" -}}
+{{- $dashboard = "http://127.0.0.1:8265" -}}
+{{- end -}}
+{{- $out := include "miles.outputDir" . -}}
+{{- $evalData := list -}}
+{{- range $v.data.evalData -}}
+{{- $evalData = append $evalData (dict "name" .name "path" (include "miles.path" (dict "context" $ "path" .path))) -}}
+{{- end -}}
+{{- $datasets := list -}}
+{{- range $v.data.datasets -}}
+{{- $datasets = append $datasets (dict "repoId" .repoId "revision" .revision "files" .files "path" (include "miles.path" (dict "context" $ "path" .path))) -}}
+{{- end -}}
+{{- $rewardUrl := include "miles.rewardUrl" . -}}
+{{- $gpuChecks := $v.checks.gpu -}}
+{{- $spec := dict
+  "schemaVersion" 1
+  "release" (dict "name" .Release.Name "namespace" .Release.Namespace "revision" (int .Release.Revision) "fullname" $full "chartVersion" .Chart.Version "appVersion" .Chart.AppVersion)
+  "mode" $v.mode
+  "images" (dict "miles" (include "miles.image" .) "hooks" (include "miles.hooksImage" .) "milesRollingTag" (eq (include "miles.rollingTag" .) "true"))
+  "rayCluster" (dict
+    "enabled" $rayEnabled
+    "name" $rc
+    "rayVersion" $v.rayCluster.rayVersion
+    "headService" $headSvc
+    "dashboardUrl" $dashboard
+    "headGpus" (ternary (int $v.rayCluster.head.gpus) 0 $rayEnabled)
+    "workerGroup" $v.rayCluster.workers.groupName
+    "head" $pools.head
+    "worker" $pools.worker)
+  "topology" $t
+  "model" (dict
+    "repoId" $v.model.repoId
+    "revision" $v.model.revision
+    "profile" $v.model.profile
+    "hfPath" (include "miles.hfPath" .)
+    "torchDistPath" (include "miles.torchDistPath" .)
+    "trainBackend" $v.model.trainBackend
+    "parameterCount" (int64 $v.model.parameterCount))
+  "data" (dict
+    "promptData" (include "miles.promptData" .)
+    "evalData" $evalData
+    "inputKey" $v.data.inputKey
+    "labelKey" $v.data.labelKey
+    "datasets" $datasets)
+  "output" (dict
+    "dir" $out
+    "checkpointDir" (printf "%s/checkpoints" $out)
+    "tensorboardDir" (printf "%s/tensorboard" $out)
+    "provenanceFile" (printf "%s/provenance.json" $out))
+  "train" (dict
+    "entrypoint" $v.recipe.entrypoint
+    "workdir" "/root/miles"
+    "modelArgsCommand" (printf "python3 /root/miles/miles/utils/external_utils/model_args_utils.py %s" $v.model.profile)
+    "args" (include "miles.trainArgs" . | fromJsonArray))
+  "runtimeEnv" (dict "envVars" (include "miles.runtimeEnv" . | fromJson))
+  "reward" (dict "type" (include "miles.rewardType" .) "url" (ternary $rewardUrl nil (ne $rewardUrl "")) "serviceEnabled" $v.reward.enabled)
+  "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionIdPrefix" $full)
+  "storage" (dict "mountPath" $v.storage.mountPath "claimName" (include "miles.claimName" .) "createdByChart" (ne $v.storage.type "existingClaim") "kind" $v.storage.type)
+  "secrets" (include "miles.secretRefs" . | fromJsonArray)
+  "checks" (dict
+    "nodes" (dict
+      "enabled" (and $v.hooks.preflight.enabled $v.hooks.preflight.nodeChecks)
+      "gpuResource" $v.rayCluster.workers.gpuResource
+      "gpusPerNode" (int $t.gpusPerWorker)
+      "efaResource" $v.rayCluster.workers.efa.resourceName
+      "efaPerNode" (int $v.rayCluster.workers.efa.count)
+      "cluster" $v.cluster.preset)
+    "waitReadyTimeoutSeconds" (int $v.checks.waitReadyTimeoutSeconds)
+    "gpu" (dict
+      "enabled" $gpuChecks.enabled
+      "tolerance" $gpuChecks.tolerance
+      "matmulTflops" $gpuChecks.matmulTflops
+      "copyGBps" $gpuChecks.copyGBps
+      "allReduceBusbwGBps" $gpuChecks.allReduceBusbwGBps
+      "sendRecvBusbwGBps" $gpuChecks.sendRecvBusbwGBps)
+    "health" (dict
+      "flatRewardRollouts" (int $v.checks.health.flatRewardRollouts)
+      "maxRepetitionFrac" $v.checks.health.maxRepetitionFrac
+      "stallMinutes" (int $v.checks.health.stallMinutes)))
+  "prepare" (dict "download" $v.hooks.prepareData.download "hfEndpointEnv" $v.hooks.prepareData.hfEndpointEnv)
+  "convert" (dict
+    "enabled" (and $v.hooks.convert.enabled (eq $v.model.trainBackend "megatron"))
+    "command" $v.hooks.convert.command
+    "nprocPerNode" (int $v.hooks.convert.nprocPerNode)
+    "lockStaleSeconds" (int $v.hooks.convert.lockStaleSeconds))
+-}}
+{{- toPrettyJson $spec -}}
+{{- end -}}
