@@ -106,6 +106,50 @@ checkov_env() {
   stamp checkov "$req" "$0"
 }
 
+# --- local testbed (issue 5): real control plane, kwok, KubeRay, each from its own pinned tools module ------
+# cluster_module MODULE BIN=PACKAGE... builds the PACKAGEs of ci/tools/MODULE in ONE `go build` (shared compile
+# work) to .tools/bin/BIN; rebuilt only when that module's go.mod/go.sum change or a binary is missing.
+cluster_module() {
+  local mod=$1; shift
+  local dir="$root/ci/tools/$mod" pair missing=0 pkgs=()
+  for pair in "$@"; do [[ -x "$bin/${pair%%=*}" ]] || missing=1; pkgs+=("${pair#*=}"); done
+  if ((missing == 0)) && fresh "cluster-$mod" "$dir/go.mod" "$dir/go.sum"; then
+    log "cluster tools '$mod' up to date"; return
+  fi
+  log "building $mod: ${pkgs[*]} (cold: minutes on 2 cores)"
+  local t0=$SECONDS
+  if (($# == 1)); then
+    (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$bin/${1%%=*}" "${pkgs[0]}")
+  else
+    local out="$tools/build-$mod"
+    mkdir -p "$out"
+    (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$out/" "${pkgs[@]}")
+    for pair in "$@"; do mv -f "$out/$(basename "${pair#*=}")" "$bin/${pair%%=*}"; done
+    rmdir "$out"
+  fi
+  log "built $mod in $((SECONDS - t0))s"
+  stamp "cluster-$mod" "$dir/go.mod" "$dir/go.sum"
+}
+
+# module_dir MODULE_DIR_NAME GO_MODULE -> where the go command keeps GO_MODULE's source for ci/tools/MODULE_DIR_NAME
+module_dir() { (cd "$root/ci/tools/$1" && go list -m -f '{{.Dir}}' "$2"); }
+
+build_cluster() {
+  cluster_module kubernetes kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl
+  cluster_module etcd etcd=go.etcd.io/etcd/server/v3
+  cluster_module kwok kwok=sigs.k8s.io/kwok/cmd/kwok
+  cluster_module kuberay kuberay-operator=github.com/ray-project/kuberay/ray-operator
+  # CRDs from the same pinned modules: KubeRay's, and kwok's Logs (so `kubectl logs` reaches runner pods).
+  local src
+  mkdir -p "$tools/kuberay/crds" "$tools/kwok/crds"
+  src=$(module_dir kuberay github.com/ray-project/kuberay/ray-operator)
+  install -m 0644 "$src"/config/crd/bases/ray.io_*.yaml "$tools/kuberay/crds/"
+  src=$(module_dir kwok sigs.k8s.io/kwok)
+  install -m 0644 "$src/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml" "$tools/kwok/crds/"
+}
+
 main() {
   local part
   for part in "${@:-all}"; do
@@ -114,8 +158,9 @@ main() {
       helmfile) build_helmfile ;;
       python) python_env ;;
       checkov) checkov_env ;;
-      all) build_helms; install_helm_wrappers; build_helmfile; python_env; checkov_env ;;
-      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, python, checkov, all)" >&2; exit 2 ;;
+      cluster) build_cluster ;;
+      all) build_helms; install_helm_wrappers; build_helmfile; python_env; checkov_env; build_cluster ;;
+      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, python, checkov, cluster, all)" >&2; exit 2 ;;
     esac
   done
   log "done"

@@ -1,0 +1,50 @@
+# Local testbed configuration, sourced by the ci/cluster scripts. Every value can be overridden from the
+# environment (e.g. `NODES=128 make cluster-up`). Loopback addresses only.
+root=${root:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+tools="$root/.tools"
+bin="$tools/bin"
+CLUSTER_DIR=${CLUSTER_DIR:-$tools/cluster}
+export KUBECONFIG_TESTBED="$CLUSTER_DIR/kubeconfig"
+
+# Ports (127.0.0.1 only). Chosen away from the usual defaults so a colleague's local Ray or cluster on the
+# same machine does not collide with the testbed.
+ETCD_PORT=${ETCD_PORT:-32379}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-32380}
+APISERVER_PORT=${APISERVER_PORT:-36443}
+KCM_PORT=${KCM_PORT:-36257}
+SCHEDULER_PORT=${SCHEDULER_PORT:-36259}
+KWOK_PORT=${KWOK_PORT:-36247}
+KUBERAY_METRICS_PORT=${KUBERAY_METRICS_PORT:-36280}
+KUBERAY_HEALTH_PORT=${KUBERAY_HEALTH_PORT:-36282}
+RAY_GCS_PORT=${RAY_GCS_PORT:-36379}
+RAY_DASHBOARD_PORT=${RAY_DASHBOARD_PORT:-38265}
+RAY_CLIENT_PORT=${RAY_CLIENT_PORT:-36001}
+RAY_NODE_MANAGER_PORT=${RAY_NODE_MANAGER_PORT:-36002}
+RAY_OBJECT_MANAGER_PORT=${RAY_OBJECT_MANAGER_PORT:-36003}
+RAY_METRICS_PORT=${RAY_METRICS_PORT:-36004}
+RAY_AGENT_HTTP_PORT=${RAY_AGENT_HTTP_PORT:-36005}
+RAY_AGENT_GRPC_PORT=${RAY_AGENT_GRPC_PORT:-36006}
+RAY_RUNTIME_ENV_AGENT_PORT=${RAY_RUNTIME_ENV_AGENT_PORT:-36007}
+RAY_MIN_WORKER_PORT=${RAY_MIN_WORKER_PORT:-36100}
+RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-36199}
+RAY_NUM_CPUS=${RAY_NUM_CPUS:-2}
+# Ray's session dir holds Unix sockets (path limit ~107 bytes): keep it short.
+RAY_TMP=${RAY_TMP:-/tmp/miles-tb-ray-$(printf %s "$root" | sha256sum | cut -c1-8)}
+
+# Simulated nodes (kwok). NODES = number of GPU nodes.
+NODES=${NODES:-2}
+CPU_NODES=${CPU_NODES:-2}
+GPU_INSTANCE_TYPE=${GPU_INSTANCE_TYPE:-ml.p5en.48xlarge}
+GPU_NODE_CPU=${GPU_NODE_CPU:-192}
+GPU_NODE_MEMORY=${GPU_NODE_MEMORY:-2048Gi}
+GPU_PER_NODE=${GPU_PER_NODE:-8}
+EFA_PER_NODE=${EFA_PER_NODE:-15}
+CPU_INSTANCE_TYPE=${CPU_INSTANCE_TYPE:-ml.m5.8xlarge}
+CPU_NODE_CPU=${CPU_NODE_CPU:-32}
+CPU_NODE_MEMORY=${CPU_NODE_MEMORY:-128Gi}
+
+# Pods whose containers (or init containers) use an image matching this regex are executed by the pod
+# runner; kwok leaves their status alone. Everything else on a kwok node is only simulated.
+RUNNER_IMAGE_REGEX=${RUNNER_IMAGE_REGEX:-miles-hooks}
+
+KUBERNETES_VERSION_EXPECTED=v1.34.4

@@ -1,0 +1,102 @@
+# Helpers for the testbed scripts (sourced after config.sh).
+log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { printf 'testbed: error: %s\n' "$*" >&2; exit 1; }
+
+need_bins() {
+  local b missing=()
+  for b in "$@"; do [[ -x "$bin/$b" ]] || missing+=("$b"); done
+  ((${#missing[@]} == 0)) || die "missing tools in .tools/bin: ${missing[*]} — run \`ci/install-tools.sh cluster\` (or make tools)"
+}
+
+validate_config() {
+  local v
+  for v in NODES CPU_NODES GPU_PER_NODE EFA_PER_NODE RAY_NUM_CPUS; do
+    [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
+  done
+  ((CPU_NODES >= 1)) || die "CPU_NODES must be >= 1 (the Ray head and the hook Jobs run on the CPU pool)"
+  for v in $(all_port_vars); do
+    [[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0 && ${!v} < 65536)) || die "$v must be a TCP port number, got '${!v}'"
+  done
+}
+
+all_port_vars() {
+  echo ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KCM_PORT SCHEDULER_PORT KWOK_PORT KUBERAY_METRICS_PORT \
+    KUBERAY_HEALTH_PORT RAY_GCS_PORT RAY_DASHBOARD_PORT RAY_CLIENT_PORT RAY_NODE_MANAGER_PORT \
+    RAY_OBJECT_MANAGER_PORT RAY_METRICS_PORT RAY_AGENT_HTTP_PORT RAY_AGENT_GRPC_PORT RAY_RUNTIME_ENV_AGENT_PORT
+}
+
+# listening_ports -> the TCP ports (of the testbed's set) something listens on
+listening_ports() {
+  local v busy=()
+  local open; open=$(ss -Hltn 2>/dev/null | awk '{print $4}' | sed 's/.*://' | sort -u)
+  for v in $(all_port_vars); do
+    grep -qx "${!v}" <<<"$open" && busy+=("$v=${!v}")
+  done
+  echo "${busy[*]:-}"
+}
+
+check_ports_free() {
+  local busy; busy=$(listening_ports)
+  [[ -z $busy ]] || die "port(s) already in use: $busy — another testbed or program holds them; set the named variable(s) to free ports (see ci/cluster/config.sh)"
+}
+
+proc_start_time() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
+
+# start_proc NAME CMD... runs CMD in its own session (so the whole tree can be stopped), logs to logs/NAME.log
+start_proc() {
+  local name=$1; shift
+  setsid "$@" >"$CLUSTER_DIR/logs/$name.log" 2>&1 </dev/null &
+  local pid=$!
+  echo "$pid $(proc_start_time "$pid")" >"$CLUSTER_DIR/run/$name.pid"
+}
+
+# pid_alive NAME -> true when the recorded process still runs (and is the one we started)
+pid_alive() {
+  local f="$CLUSTER_DIR/run/$1.pid" pid st
+  [[ -f $f ]] || return 1
+  read -r pid st <"$f"
+  [[ -n $pid && -d /proc/$pid && "$(proc_start_time "$pid")" == "$st" ]]
+}
+
+any_running() {
+  local f
+  for f in "$CLUSTER_DIR"/run/*.pid; do
+    [[ -e $f ]] || continue
+    pid_alive "$(basename "$f" .pid)" && return 0
+  done
+  return 1
+}
+
+# wait_for DESC TIMEOUT CMD... polls CMD until it succeeds; fails early when a started component died.
+wait_for() {
+  local desc=$1 timeout=$2; shift 2
+  local deadline=$(($(date +%s) + timeout)) f name
+  until "$@" >/dev/null 2>&1; do
+    for f in "$CLUSTER_DIR"/run/*.pid; do
+      name=$(basename "$f" .pid)
+      if ! pid_alive "$name"; then
+        tail -n 30 "$CLUSTER_DIR/logs/$name.log" >&2 || true
+        die "$name exited while waiting for $desc (log: $CLUSTER_DIR/logs/$name.log); run \`make cluster-down\`"
+      fi
+    done
+    if (($(date +%s) >= deadline)); then
+      die "timed out after ${timeout}s waiting for $desc (logs: $CLUSTER_DIR/logs/); run \`make cluster-down\`"
+    fi
+    sleep 0.2
+  done
+  log "ready: $desc"
+}
+
+nodes_ready() {
+  local n
+  n=$("$bin/kubectl" --kubeconfig "$KUBECONFIG_TESTBED" get nodes --no-headers \
+    -o 'custom-columns=R:.status.conditions[?(@.type=="Ready")].status' 2>/dev/null | grep -c '^True$')
+  [[ $n -ge $1 ]]
+}
+
+# `ray start` records its address in /tmp/ray/ray_current_cluster, which makes any `ray.init()` on this
+# machine join the testbed's Ray. Remove the record when it is ours (we always pass the address explicitly).
+forget_ray_current_cluster() {
+  local f=/tmp/ray/ray_current_cluster
+  if [[ -f $f ]] && grep -q "127.0.0.1:$RAY_GCS_PORT" "$f"; then rm -f "$f"; fi
+}

@@ -1,0 +1,782 @@
+#!/usr/bin/env python3
+"""Pod runner of the local testbed: really executes the hook pods that kwok only simulates.
+
+kwok fakes the status of every pod on its simulated nodes. For pods whose containers or init containers use
+an image matching ``--image-regex`` (the miles-hooks image) kwok is told to keep its hands off (see
+kwok-stages.yaml) and this runner takes over, doing what a kubelet would do with a container runtime:
+
+* waits until the pod is bound to a kwok-managed node;
+* materialises the pod's volumes into a per-pod work dir: ConfigMap, Secret, downwardAPI and projected
+  volumes (incl. a service-account token from the TokenRequest API, bound to the pod), emptyDir, and
+  PersistentVolumeClaims (through the bound PV's hostPath/local path);
+* resolves the container env like the kubelet (``value`` with ``$(VAR)`` expansion, ``configMapKeyRef``,
+  ``secretKeyRef``, downward-API ``fieldRef``/``resourceFieldRef``, ``envFrom``) through the API;
+* runs the init containers, then the containers, as local processes: every mount path in the command,
+  args and env values is rewritten to the local dir that backs it (``/etc/miles/run.json`` ->
+  ``<work>/…/etc-miles/run.json``); image paths from ``--path-map`` likewise; a RayCluster head
+  Service address (``<cluster>-head-svc.<ns>.svc:<port>``) is mapped to the local Ray head standing in for
+  the simulated Ray pods (``--ray-*``), in the command/env and in materialised ConfigMap files;
+* gives the process a kubeconfig holding the pod's own service-account token (``KUBECONFIG``), so the hook
+  has exactly the pod's RBAC;
+* writes the pod status back (Running, then each container terminated with its exit code; phase
+  Succeeded/Failed), and makes the logs readable: ``kubectl logs`` works through kwok's kubelet server
+  (a kwok ``Logs`` object per pod points at the local log file), and the last lines are also stored in the
+  pod annotation ``testbed.miles.dev/log-tail``;
+* kills the process group when the pod is deleted.
+
+Only the standard library and the ``kubernetes`` client are used. Exit: 0 on SIGTERM/SIGINT, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import json
+import logging
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+LOG = logging.getLogger("pod-runner")
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+LOG_TAIL_ANNOTATION = "testbed.miles.dev/log-tail"
+LOG_FILE_ANNOTATION = "testbed.miles.dev/log-file"
+TAIL_BYTES = 16 * 1024
+VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+SERVICE_REF = re.compile(
+    r"(?<![\w.-])([a-z0-9](?:[-a-z0-9]*[a-z0-9])?-head-svc(?:\.[a-z0-9-]+(?:\.svc(?:\.cluster\.local)?)?)?):(\d+)\b")
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PodError(Exception):
+    """The pod cannot be run as specified (a missing ConfigMap key, an unbound claim, ...)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class Settings:
+    kubeconfig: str
+    work_dir: Path
+    image_regex: re.Pattern[str]
+    venv_bin: Path
+    path_map: list[tuple[str, str]]
+    ray_dashboard: str
+    ray_gcs: str
+    ray_client: str
+    api_server: str
+    ca_data: str
+    default_entrypoint: list[str]
+    grace_seconds: float = 5.0
+
+
+@dataclass
+class PodRun:
+    uid: str
+    namespace: str
+    name: str
+    thread: threading.Thread | None = None
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    deleted: threading.Event = field(default_factory=threading.Event)
+
+
+def expand_vars(value: str, env: dict[str, str]) -> str:
+    """Kubernetes $(VAR) expansion: defined vars are replaced, $$ escapes, unknown refs stay as written."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return VAR_REF.sub(sub, value)
+
+
+def parse_quantity(q: str) -> float:
+    units = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+    m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", q.strip())
+    if not m or m.group(2) not in units and m.group(2) != "":
+        raise ValueError(f"bad quantity {q!r}")
+    return float(m.group(1)) * units.get(m.group(2), 1.0)
+
+
+class Runner:
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+        config.load_kube_config(config_file=s.kubeconfig)
+        self.core = client.CoreV1Api()
+        self.custom = client.CustomObjectsApi()
+        self.runs: dict[str, PodRun] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.kwok_nodes: dict[str, bool] = {}
+        self.kwok_logs = self._has_kwok_logs_crd()
+
+    # ------------------------------------------------------------------ discovery
+    def _has_kwok_logs_crd(self) -> bool:
+        try:
+            client.ApiextensionsV1Api().read_custom_resource_definition("logs.kwok.x-k8s.io")
+            return True
+        except ApiException:
+            LOG.warning("kwok Logs CRD not installed: `kubectl logs` will not reach runner pods")
+            return False
+
+    def is_kwok_node(self, name: str) -> bool:
+        if name not in self.kwok_nodes:
+            try:
+                node = self.core.read_node(name)
+                ann = node.metadata.annotations or {}
+                self.kwok_nodes[name] = ann.get(KWOK_NODE_ANNOTATION) == "fake"
+            except ApiException:
+                return False
+        return self.kwok_nodes[name]
+
+    def wants(self, pod: client.V1Pod) -> bool:
+        spec = pod.spec
+        if not spec or not spec.node_name or pod.metadata.deletion_timestamp:
+            return False
+        if (pod.status.phase or "Pending") != "Pending":
+            return False
+        images = [c.image or "" for c in (spec.init_containers or [])] + [c.image or "" for c in spec.containers]
+        if not any(self.s.image_regex.search(i) for i in images):
+            return False
+        return self.is_kwok_node(spec.node_name)
+
+    # ------------------------------------------------------------------ main loop
+    def run_forever(self) -> None:
+        (self.s.work_dir / "ready").write_text(now() + "\n")
+        LOG.info("watching pods (images matching %r on kwok nodes)", self.s.image_regex.pattern)
+        while not self.stopping.is_set():
+            w = watch.Watch()
+            try:
+                for ev in w.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=60,
+                                   _request_timeout=90):
+                    if self.stopping.is_set():
+                        break
+                    self.on_event(ev["type"], ev["object"])
+            except Exception as e:  # noqa: BLE001 - keep the runner alive across API hiccups
+                if not self.stopping.is_set():
+                    LOG.warning("watch interrupted (%s); re-listing", e)
+                    time.sleep(1)
+            finally:
+                w.stop()
+
+    def on_event(self, kind: str, pod: client.V1Pod) -> None:
+        uid = pod.metadata.uid
+        with self.lock:
+            run = self.runs.get(uid)
+        if run is not None:
+            if (kind == "DELETED" or pod.metadata.deletion_timestamp) and not run.deleted.is_set():
+                LOG.info("%s/%s deleted: stopping its processes", run.namespace, run.name)
+                run.deleted.set()
+                self.kill(run)
+            return
+        if kind in ("ADDED", "MODIFIED") and self.wants(pod):
+            run = PodRun(uid, pod.metadata.namespace, pod.metadata.name)
+            with self.lock:
+                self.runs[uid] = run
+            run.thread = threading.Thread(target=self.run_pod, args=(run, pod), daemon=True,
+                                          name=f"pod-{run.name}")
+            run.thread.start()
+
+    def kill(self, run: PodRun) -> None:
+        for p in run.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+        def later() -> None:
+            time.sleep(self.s.grace_seconds)
+            for p in run.procs:
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+        threading.Thread(target=later, daemon=True).start()
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            runs = list(self.runs.values())
+        for r in runs:
+            r.deleted.set()
+            self.kill(r)
+
+    # ------------------------------------------------------------------ one pod
+    def run_pod(self, run: PodRun, pod: client.V1Pod) -> None:
+        ns, name = run.namespace, run.name
+        pod_dir = self.s.work_dir / "pods" / ns / f"{name}-{run.uid[:8]}"
+        try:
+            pod_dir.mkdir(parents=True, exist_ok=True)
+            LOG.info("running %s/%s on %s", ns, name, pod.spec.node_name)
+            self.set_status(pod, phase="Pending", initialized=False, ready=False, init_statuses=None,
+                            statuses=None, start=True)
+            vols = self.materialise_volumes(pod, pod_dir)
+            kubeconfig = self.service_account_kubeconfig(pod, pod_dir)
+            init_statuses: list[dict[str, Any]] = []
+            for c in pod.spec.init_containers or []:
+                st = self.waiting_status(c)
+                init_statuses.append(st)
+            statuses = [self.waiting_status(c) for c in pod.spec.containers]
+            for i, c in enumerate(pod.spec.init_containers or []):
+                init_statuses[i] = self.running_status(c)
+                self.set_status(pod, phase="Pending", initialized=False, ready=False,
+                                init_statuses=init_statuses, statuses=statuses)
+                code, tail = self.run_container(run, pod, c, vols, kubeconfig, pod_dir)
+                init_statuses[i] = self.terminated_status(c, init_statuses[i], code, tail)
+                if code != 0 or run.deleted.is_set():
+                    self.finish(pod, run, init_statuses, statuses, failed=True)
+                    return
+            statuses = [self.running_status(c) for c in pod.spec.containers]
+            self.set_status(pod, phase="Running", initialized=True, ready=True, init_statuses=init_statuses,
+                            statuses=statuses)
+            results: dict[int, tuple[int, str]] = {}
+            threads = []
+            for i, c in enumerate(pod.spec.containers):
+                def target(i: int = i, c: client.V1Container = c) -> None:
+                    results[i] = self.run_container(run, pod, c, vols, kubeconfig, pod_dir)
+                t = threading.Thread(target=target, daemon=True)
+                t.start()
+                threads.append(t)
+            for t in threads:
+                t.join()
+            for i, c in enumerate(pod.spec.containers):
+                code, tail = results.get(i, (137, ""))
+                statuses[i] = self.terminated_status(c, statuses[i], code, tail)
+            failed = any(results.get(i, (1, ""))[0] != 0 for i in range(len(pod.spec.containers)))
+            self.finish(pod, run, init_statuses, statuses, failed=failed)
+        except PodError as e:
+            LOG.error("%s/%s cannot run: %s", ns, name, e.message)
+            self.fail_pod(pod, e.reason, e.message)
+        except Exception as e:
+            LOG.exception("%s/%s: runner error", ns, name)
+            self.fail_pod(pod, "TestbedRunnerError", f"pod runner error: {e}")
+
+    # ------------------------------------------------------------------ status
+    def waiting_status(self, c: client.V1Container) -> dict[str, Any]:
+        return {"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
+                "started": False, "state": {"waiting": {"reason": "PodInitializing"}}}
+
+    def running_status(self, c: client.V1Container) -> dict[str, Any]:
+        return {"name": c.name, "image": c.image, "imageID": "", "ready": True, "restartCount": 0,
+                "started": True, "containerID": f"testbed://{c.name}", "state": {"running": {"startedAt": now()}}}
+
+    def terminated_status(self, c: client.V1Container, prev: dict[str, Any], code: int, tail: str) -> dict[str, Any]:
+        started = (prev.get("state", {}).get("running") or {}).get("startedAt") or now()
+        term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "startedAt": started,
+                "finishedAt": now(), "containerID": f"testbed://{c.name}"}
+        if code != 0 and tail:
+            term["message"] = tail[-4000:]
+        return {"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
+                "started": False, "containerID": f"testbed://{c.name}", "state": {"terminated": term}}
+
+    def set_status(self, pod: client.V1Pod, *, phase: str, initialized: bool, ready: bool,
+                   init_statuses: list[dict[str, Any]] | None, statuses: list[dict[str, Any]] | None,
+                   start: bool = False, reason: str | None = None, message: str | None = None) -> None:
+        t = now()
+
+        def cond(kind: str, ok: bool, why: str | None = None) -> dict[str, Any]:
+            c = {"type": kind, "status": "True" if ok else "False", "lastProbeTime": None, "lastTransitionTime": t}
+            if why and not ok:
+                c["reason"] = why
+            return c
+
+        status: dict[str, Any] = {
+            "phase": phase,
+            "conditions": [
+                cond("PodScheduled", True),
+                cond("Initialized", initialized, "ContainersNotInitialized"),
+                cond("ContainersReady", ready, "ContainersNotReady"),
+                cond("Ready", ready, "ContainersNotReady"),
+            ],
+        }
+        if start:
+            status["startTime"] = t
+            status["hostIP"] = "127.0.0.1"
+            status["hostIPs"] = [{"ip": "127.0.0.1"}]
+        if init_statuses is not None:
+            status["initContainerStatuses"] = init_statuses
+        if statuses is not None:
+            status["containerStatuses"] = statuses
+        if reason:
+            status["reason"] = reason
+        if message:
+            status["message"] = message
+        try:
+            self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {"status": status},
+                                                  _content_type="application/merge-patch+json")
+        except ApiException as e:
+            if e.status != 404:
+                LOG.warning("%s/%s: status update failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason)
+
+    def finish(self, pod: client.V1Pod, run: PodRun, init_statuses: list[dict[str, Any]],
+               statuses: list[dict[str, Any]], failed: bool) -> None:
+        phase = "Failed" if failed else "Succeeded"
+        self.set_status(pod, phase=phase, initialized=True, ready=False, init_statuses=init_statuses,
+                        statuses=statuses)
+        LOG.info("%s/%s %s", run.namespace, run.name, phase)
+
+    def fail_pod(self, pod: client.V1Pod, reason: str, message: str) -> None:
+        statuses = []
+        for c in pod.spec.containers:
+            statuses.append({"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
+                             "started": False, "state": {"terminated": {
+                                 "exitCode": 128, "reason": reason, "message": message,
+                                 "startedAt": now(), "finishedAt": now()}}})
+        self.set_status(pod, phase="Failed", initialized=False, ready=False, init_statuses=None,
+                        statuses=statuses, start=True, reason=reason, message=message)
+        self.annotate(pod, {LOG_TAIL_ANNOTATION: f"[testbed pod runner] {reason}: {message}\n"})
+
+    def annotate(self, pod: client.V1Pod, ann: dict[str, str]) -> None:
+        try:
+            self.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                           {"metadata": {"annotations": ann}},
+                                           _content_type="application/merge-patch+json")
+        except ApiException as e:
+            if e.status != 404:
+                LOG.warning("annotate %s/%s failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason)
+
+    # ------------------------------------------------------------------ volumes
+    def read_cm(self, ns: str, name: str, optional: bool) -> dict[str, bytes] | None:
+        try:
+            cm = self.core.read_namespaced_config_map(name, ns)
+        except ApiException as e:
+            if e.status == 404:
+                if optional:
+                    return None
+                raise PodError("CreateContainerConfigError", f'configmap "{name}" not found') from e
+            raise
+        data = {k: v.encode() for k, v in (cm.data or {}).items()}
+        data.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
+        return data
+
+    def read_secret(self, ns: str, name: str, optional: bool) -> dict[str, bytes] | None:
+        try:
+            sec = self.core.read_namespaced_secret(name, ns)
+        except ApiException as e:
+            if e.status == 404:
+                if optional:
+                    return None
+                raise PodError("CreateContainerConfigError", f'secret "{name}" not found') from e
+            raise
+        return {k: base64.b64decode(v) for k, v in (sec.data or {}).items()}
+
+    def write_items(self, target: Path, data: dict[str, bytes], items: list[Any] | None, what: str,
+                    optional: bool, map_services: bool = False) -> None:
+        target.mkdir(parents=True, exist_ok=True)
+        if items:
+            for it in items:
+                if it.key not in data:
+                    if optional:
+                        continue
+                    raise PodError("CreateContainerConfigError", f"{what}: key {it.key!r} not found")
+                self.write_file(target / it.path, data[it.key], map_services)
+        else:
+            for k, v in data.items():
+                self.write_file(target / k, v, map_services)
+
+    def write_file(self, path: Path, content: bytes, map_services: bool = False) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if map_services:
+            try:
+                content = self.map_services(content.decode(), "").encode()
+            except UnicodeDecodeError:
+                pass
+        path.write_bytes(content)
+
+    def field_value(self, pod: client.V1Pod, field_path: str) -> str:
+        md = pod.metadata
+        simple = {
+            "metadata.name": md.name, "metadata.namespace": md.namespace, "metadata.uid": md.uid,
+            "spec.nodeName": pod.spec.node_name, "spec.serviceAccountName": pod.spec.service_account_name or "default",
+            "status.hostIP": "127.0.0.1", "status.podIP": "127.0.0.1", "status.podIPs": "127.0.0.1",
+            "status.hostIPs": "127.0.0.1",
+        }
+        if field_path in simple:
+            return simple[field_path] or ""
+        m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", field_path)
+        if m:
+            d = (md.labels if m.group(1) == "labels" else md.annotations) or {}
+            return d.get(m.group(2), "")
+        if field_path in ("metadata.labels", "metadata.annotations"):
+            d = (md.labels if field_path == "metadata.labels" else md.annotations) or {}
+            return "\n".join(f'{k}="{v}"' for k, v in sorted(d.items()))
+        raise PodError("CreateContainerConfigError", f"unsupported fieldRef {field_path!r}")
+
+    def resource_value(self, pod: client.V1Pod, container_name: str | None, resource: str, divisor: str | None,
+                       default_container: client.V1Container) -> str:
+        c = default_container
+        if container_name:
+            c = next((x for x in pod.spec.containers + (pod.spec.init_containers or []) if x.name == container_name), c)
+        kind, _, res = resource.partition(".")
+        rr = c.resources
+        values = (rr.limits if kind == "limits" else rr.requests) if rr else None
+        raw = (values or {}).get(res)
+        if raw is None and kind == "limits":
+            node_alloc = self.core.read_node(pod.spec.node_name).status.allocatable or {}
+            raw = node_alloc.get(res, "0")
+        if raw is None:
+            raw = "0"
+        value = parse_quantity(raw) / parse_quantity(divisor or "1")
+        return str(math.ceil(value))
+
+    def materialise_volumes(self, pod: client.V1Pod, pod_dir: Path) -> dict[str, Path]:
+        ns = pod.metadata.namespace
+        out: dict[str, Path] = {}
+        for v in pod.spec.volumes or []:
+            d = pod_dir / "volumes" / v.name
+            if v.config_map:
+                opt = bool(v.config_map.optional)
+                data = self.read_cm(ns, v.config_map.name, opt) or {}
+                self.write_items(d, data, v.config_map.items, f'configmap "{v.config_map.name}"', opt, True)
+            elif v.secret:
+                opt = bool(v.secret.optional)
+                data = self.read_secret(ns, v.secret.secret_name, opt) or {}
+                self.write_items(d, data, v.secret.items, f'secret "{v.secret.secret_name}"', opt)
+                for f in d.rglob("*"):
+                    if f.is_file():
+                        f.chmod(0o600)
+            elif v.empty_dir is not None:
+                d.mkdir(parents=True, exist_ok=True)
+            elif v.downward_api:
+                d.mkdir(parents=True, exist_ok=True)
+                for it in v.downward_api.items or []:
+                    self.write_file(d / it.path, self.downward_item(pod, it).encode())
+            elif v.projected:
+                d.mkdir(parents=True, exist_ok=True)
+                for src in v.projected.sources or []:
+                    if src.config_map:
+                        opt = bool(src.config_map.optional)
+                        data = self.read_cm(ns, src.config_map.name, opt) or {}
+                        self.write_items(d, data, src.config_map.items, f'configmap "{src.config_map.name}"', opt, True)
+                    elif src.secret:
+                        opt = bool(src.secret.optional)
+                        data = self.read_secret(ns, src.secret.name, opt) or {}
+                        self.write_items(d, data, src.secret.items, f'secret "{src.secret.name}"', opt)
+                    elif src.downward_api:
+                        for it in src.downward_api.items or []:
+                            self.write_file(d / it.path, self.downward_item(pod, it).encode())
+                    elif src.service_account_token:
+                        sat = src.service_account_token
+                        tok = self.token(pod, [sat.audience] if sat.audience else None,
+                                         sat.expiration_seconds or 3600)
+                        self.write_file(d / sat.path, tok.encode())
+            elif v.persistent_volume_claim:
+                d = self.claim_dir(ns, v.persistent_volume_claim.claim_name)
+            elif v.host_path:
+                d = pod_dir / "hostpath" / v.name
+                d.mkdir(parents=True, exist_ok=True)
+            else:
+                LOG.warning("%s/%s: volume %s of an unsupported type: an empty dir stands in", ns,
+                            pod.metadata.name, v.name)
+                d.mkdir(parents=True, exist_ok=True)
+            out[v.name] = d
+        return out
+
+    def downward_item(self, pod: client.V1Pod, it: Any) -> str:
+        if it.field_ref:
+            return self.field_value(pod, it.field_ref.field_path)
+        if it.resource_field_ref:
+            r = it.resource_field_ref
+            return self.resource_value(pod, r.container_name, r.resource, r.divisor, pod.spec.containers[0])
+        return ""
+
+    def claim_dir(self, ns: str, claim: str) -> Path:
+        try:
+            pvc = self.core.read_namespaced_persistent_volume_claim(claim, ns)
+        except ApiException as e:
+            if e.status == 404:
+                raise PodError("FailedMount", f'persistentvolumeclaim "{claim}" not found') from e
+            raise
+        if pvc.status.phase != "Bound" or not pvc.spec.volume_name:
+            raise PodError("FailedMount", f'persistentvolumeclaim "{claim}" is not bound (phase {pvc.status.phase})')
+        pv = self.core.read_persistent_volume(pvc.spec.volume_name)
+        if pv.spec.host_path:
+            p = Path(pv.spec.host_path.path)
+        elif pv.spec.local:
+            p = Path(pv.spec.local.path)
+        else:
+            # e.g. an FSx for Lustre CSI volume: no such hardware here; a local dir per PV stands in.
+            p = self.s.work_dir / "pv" / pv.metadata.name
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+    # ------------------------------------------------------------------ credentials
+    def token(self, pod: client.V1Pod, audiences: list[str] | None, seconds: int) -> str:
+        sa = pod.spec.service_account_name or "default"
+        body = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+            audiences=audiences or [], expiration_seconds=max(600, seconds),
+            bound_object_ref=client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod.metadata.name,
+                                                           uid=pod.metadata.uid)))
+        try:
+            resp = self.core.create_namespaced_service_account_token(sa, pod.metadata.namespace, body)
+        except ApiException as e:
+            raise PodError("CreateContainerConfigError",
+                           f'token for serviceaccount "{sa}" failed: {e.status} {e.reason}') from e
+        return str(resp.status.token)
+
+    def service_account_kubeconfig(self, pod: client.V1Pod, pod_dir: Path) -> Path | None:
+        """A kubeconfig with the pod's own service-account token, when the pod would get one mounted."""
+        mounts_token = any(
+            v.projected and any(s.service_account_token for s in (v.projected.sources or []))
+            for v in pod.spec.volumes or [])
+        if not mounts_token and pod.spec.automount_service_account_token is False:
+            return None
+        tok = self.token(pod, None, 3600)
+        sa = pod.spec.service_account_name or "default"
+        path = pod_dir / "kubeconfig"
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "testbed", "cluster": {"server": self.s.api_server,
+                                                         "certificate-authority-data": self.s.ca_data}}],
+            "users": [{"name": f"system:serviceaccount:{pod.metadata.namespace}:{sa}", "user": {"token": tok}}],
+            "contexts": [{"name": "pod", "context": {"cluster": "testbed", "namespace": pod.metadata.namespace,
+                                                     "user": f"system:serviceaccount:{pod.metadata.namespace}:{sa}"}}],
+            "current-context": "pod",
+        }, indent=1))
+        path.chmod(0o600)
+        return path
+
+    # ------------------------------------------------------------------ env and paths
+    def container_env(self, pod: client.V1Pod, c: client.V1Container) -> dict[str, str]:
+        ns = pod.metadata.namespace
+        env: dict[str, str] = {}
+        for ef in c.env_from or []:
+            prefix = ef.prefix or ""
+            if ef.config_map_ref:
+                data = self.read_cm(ns, ef.config_map_ref.name, bool(ef.config_map_ref.optional)) or {}
+            elif ef.secret_ref:
+                data = self.read_secret(ns, ef.secret_ref.name, bool(ef.secret_ref.optional)) or {}
+            else:
+                continue
+            for k, v in data.items():
+                env[prefix + k] = v.decode(errors="replace")
+        for e in c.env or []:
+            if e.value_from is None:
+                env[e.name] = expand_vars(e.value or "", env)
+                continue
+            vf = e.value_from
+            if vf.field_ref:
+                env[e.name] = self.field_value(pod, vf.field_ref.field_path)
+            elif vf.resource_field_ref:
+                r = vf.resource_field_ref
+                env[e.name] = self.resource_value(pod, r.container_name, r.resource, r.divisor, c)
+            elif vf.config_map_key_ref:
+                ref = vf.config_map_key_ref
+                data = self.read_cm(ns, ref.name, bool(ref.optional))
+                if data is None or ref.key not in data:
+                    if ref.optional:
+                        continue
+                    raise PodError("CreateContainerConfigError",
+                                   f'couldn\'t find key {ref.key} in ConfigMap {ns}/{ref.name}')
+                env[e.name] = data[ref.key].decode(errors="replace")
+            elif vf.secret_key_ref:
+                ref = vf.secret_key_ref
+                data = self.read_secret(ns, ref.name, bool(ref.optional))
+                if data is None or ref.key not in data:
+                    if ref.optional:
+                        continue
+                    raise PodError("CreateContainerConfigError",
+                                   f'couldn\'t find key {ref.key} in Secret {ns}/{ref.name}')
+                env[e.name] = data[ref.key].decode(errors="replace")
+        return env
+
+    def mount_map(self, c: client.V1Container, vols: dict[str, Path]) -> list[tuple[str, str]]:
+        pairs: list[tuple[str, str]] = []
+        for m in c.volume_mounts or []:
+            base = vols.get(m.name)
+            if base is None:
+                raise PodError("CreateContainerConfigError", f"volume {m.name!r} not found for mount {m.mount_path}")
+            local = base / m.sub_path if m.sub_path else base
+            if m.sub_path:
+                local.mkdir(parents=True, exist_ok=True) if not local.exists() else None
+            pairs.append((m.mount_path.rstrip("/") or "/", str(local)))
+        pairs += self.s.path_map
+        pairs.sort(key=lambda p: len(p[0]), reverse=True)
+        return pairs
+
+    @staticmethod
+    def map_paths(value: str, pairs: list[tuple[str, str]]) -> str:
+        for src, dst in pairs:
+            if src == dst or src == "/":
+                continue
+            value = re.sub(r"(?<![\w.\-/])" + re.escape(src) + r"(?=/|$|[\s:;,\"'=)\]}])", lambda _m, d=dst: d, value)
+        return value
+
+    def map_services(self, value: str, ns: str) -> str:
+        """Map a RayCluster head Service address (``<name>-head-svc[.<ns>[.svc[.cluster.local]]]:<port>``) to the
+        local Ray head standing in for the simulated Ray pods: 8265 dashboard, 6379 GCS, 10001 client."""
+        del ns
+        ports = {"8265": self.s.ray_dashboard, "6379": self.s.ray_gcs, "10001": self.s.ray_client}
+
+        def sub(m: re.Match[str]) -> str:
+            return ports.get(m.group(2), m.group(0))
+
+        return SERVICE_REF.sub(sub, value)
+
+    # ------------------------------------------------------------------ processes
+    def run_container(self, run: PodRun, pod: client.V1Pod, c: client.V1Container, vols: dict[str, Path],
+                      kubeconfig: Path | None, pod_dir: Path) -> tuple[int, str]:
+        ns, name = run.namespace, run.name
+        pairs = self.mount_map(c, vols)
+        env = self.container_env(pod, c)
+        env = {k: self.map_services(self.map_paths(v, pairs), ns) for k, v in env.items()}
+        home = pod_dir / "home" / c.name
+        home.mkdir(parents=True, exist_ok=True)
+        tmp = next((d for s, d in pairs if s == "/tmp"), None)
+        base = {
+            "PATH": f"{self.s.venv_bin}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(home),
+            "HOSTNAME": name,
+            "LANG": "C.UTF-8",
+            "TMPDIR": tmp or str(home),
+            "PYTHONUNBUFFERED": "1",
+            "MILES_TESTBED": "1",
+        }
+        if kubeconfig is not None:
+            base["KUBECONFIG"] = str(kubeconfig)
+        base.update(env)
+        if "PATH" in env:
+            base["PATH"] = f"{self.s.venv_bin}:{env['PATH']}"
+        argv = list(c.command or []) or list(self.s.default_entrypoint)
+        argv += list(c.args or [])
+        argv = [self.map_services(self.map_paths(expand_vars(a, base), pairs), ns) for a in argv]
+        if not argv:
+            raise PodError("CreateContainerError", f"container {c.name}: no command and no default entrypoint")
+        cwd = self.map_paths(c.working_dir, pairs) if c.working_dir else str(home)
+        Path(cwd).mkdir(parents=True, exist_ok=True)
+        log_path = pod_dir / f"{c.name}.log"
+        self.register_logs(pod, c.name, log_path)
+        LOG.info("%s/%s[%s]: %s", ns, name, c.name, " ".join(argv))
+        with open(log_path, "ab", buffering=0) as logf:
+            try:
+                p = subprocess.Popen(argv, env=base, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, process_group=0)
+            except OSError as e:
+                logf.write(f"[testbed pod runner] cannot start {argv[0]!r}: {e}\n".encode())
+                tail = self.tail(log_path)
+                self.annotate(pod, {LOG_TAIL_ANNOTATION: tail, LOG_FILE_ANNOTATION: str(log_path)})
+                return 128, tail
+            run.procs.append(p)
+            if run.deleted.is_set():
+                self.kill(run)
+            code = p.wait()
+        if code < 0:
+            code = 128 - code
+        tail = self.tail(log_path)
+        self.annotate(pod, {LOG_TAIL_ANNOTATION: tail, LOG_FILE_ANNOTATION: str(log_path)})
+        LOG.info("%s/%s[%s] exited %d", ns, name, c.name, code)
+        return code, tail
+
+    @staticmethod
+    def tail(path: Path) -> str:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - TAIL_BYTES))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def register_logs(self, pod: client.V1Pod, container: str, path: Path) -> None:
+        """Point kwok's kubelet server at the log file so `kubectl logs` (and Helm) can read it."""
+        path.touch()
+        if not self.kwok_logs:
+            return
+        name = pod.metadata.name
+        ns = pod.metadata.namespace
+        logs = [{"containers": [c.name], "logsFile": str(Path(path).parent / f"{c.name}.log"), "follow": True}
+                for c in (pod.spec.init_containers or []) + pod.spec.containers]
+        for c in (pod.spec.init_containers or []) + pod.spec.containers:
+            (path.parent / f"{c.name}.log").touch()
+        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+                "metadata": {"name": name, "namespace": ns, "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod.metadata.uid}]},
+                "spec": {"logs": logs}}
+        try:
+            self.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", ns, "logs", body)
+        except ApiException as e:
+            if e.status != 409:
+                LOG.warning("%s/%s: kwok Logs object not created: %s", ns, name, e.reason)
+
+
+def main(argv: list[str]) -> int:
+    root = Path(__file__).resolve().parents[2]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kubeconfig", required=True, help="admin kubeconfig of the testbed")
+    ap.add_argument("--work-dir", required=True, type=Path, help="per-pod dirs, logs and the ready marker")
+    ap.add_argument("--image-regex", default="miles-hooks", help="run pods with a (init) container image matching this")
+    ap.add_argument("--venv-bin", type=Path, default=root / ".venv" / "bin", help="first on PATH of every process")
+    ap.add_argument("--path-map", action="append", default=[], metavar="IMAGE_PATH=LOCAL_PATH",
+                    help="map a path inside the image to a local one (repeatable); "
+                         "default: /opt/miles-hooks/pkg=<repo>/hooks/src")
+    ap.add_argument("--ray-dashboard", default="127.0.0.1:38265", help="local Ray dashboard host:port")
+    ap.add_argument("--ray-gcs", default="127.0.0.1:36379", help="local Ray GCS host:port")
+    ap.add_argument("--ray-client", default="127.0.0.1:36001", help="local Ray client server host:port")
+    ap.add_argument("--default-entrypoint", default="miles-hooks",
+                    help="command for containers without `command` (the hooks image ENTRYPOINT), space-separated")
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+
+    try:
+        regex = re.compile(args.image_regex)
+    except re.error as e:
+        print(f"pod_runner: --image-regex {args.image_regex!r} is not a valid regex: {e}", file=sys.stderr)
+        return 2
+    if not Path(args.kubeconfig).is_file():
+        print(f"pod_runner: kubeconfig {args.kubeconfig} not found (is the testbed up?)", file=sys.stderr)
+        return 2
+    path_map = []
+    for pm in args.path_map or [f"/opt/miles-hooks/pkg={root / 'hooks' / 'src'}"]:
+        src, sep, dst = pm.partition("=")
+        if not sep or not src.startswith("/") or not dst:
+            print(f"pod_runner: --path-map {pm!r}: expected /image/path=/local/path", file=sys.stderr)
+            return 2
+        path_map.append((src.rstrip("/"), dst))
+    kc = yaml.safe_load(Path(args.kubeconfig).read_text())
+    cluster = kc["clusters"][0]["cluster"]
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    (args.work_dir / "ready").unlink(missing_ok=True)
+    s = Settings(kubeconfig=args.kubeconfig, work_dir=args.work_dir.resolve(), image_regex=regex,
+                 venv_bin=args.venv_bin, path_map=path_map, ray_dashboard=args.ray_dashboard, ray_gcs=args.ray_gcs,
+                 ray_client=args.ray_client, api_server=cluster["server"],
+                 ca_data=cluster["certificate-authority-data"], default_entrypoint=args.default_entrypoint.split())
+    runner = Runner(s)
+
+    def stop(_sig: int, _frm: Any) -> None:
+        runner.shutdown()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    runner.run_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Brings the local testbed up: etcd, kube-apiserver, kube-controller-manager, kube-scheduler (real, pinned
+# Kubernetes), kwok (simulated nodes/pods), the real KubeRay operator with its CRDs, a real local Ray head
+# and the pod runner. Everything listens on 127.0.0.1; state lives under .tools/cluster/.
+# Tools must be built first: `ci/install-tools.sh cluster` (or `make tools`).
+# Usage: ci/cluster/up.sh            (NODES=128 CPU_NODES=2 ... see ci/cluster/config.sh)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/config.sh"
+source "$here/lib.sh"
+
+t0=$(date +%s.%N)
+need_bins kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kuberay-operator
+[[ -x "$root/.venv/bin/ray" ]] || die "ray not found at .venv/bin/ray: run \`ci/install-tools.sh python\` (or make tools)"
+[[ -x "$root/.venv/bin/python" ]] || die ".venv/bin/python missing: run \`ci/install-tools.sh python\`"
+[[ -s "$tools/kuberay/crds/ray.io_rayclusters.yaml" ]] || die "KubeRay CRDs missing under .tools/kuberay/crds: run \`ci/install-tools.sh cluster\`"
+validate_config
+
+if any_running; then
+  if "$bin/kubectl" --kubeconfig "$KUBECONFIG_TESTBED" get --raw /readyz >/dev/null 2>&1; then
+    log "testbed already up (kubeconfig: $KUBECONFIG_TESTBED); \`make cluster-down\` first to recreate it"
+    exit 0
+  fi
+  die "a previous testbed is partly running (pid files in $CLUSTER_DIR/run): run \`make cluster-down\` first"
+fi
+check_ports_free
+
+mkdir -p "$CLUSTER_DIR"/{run,logs}
+rm -rf "$CLUSTER_DIR/etcd-data" "$CLUSTER_DIR/runner" "$RAY_TMP"
+rm -f "$CLUSTER_DIR"/logs/*.log
+"$here/certs.sh"
+kc="$KUBECONFIG_TESTBED"
+pki="$CLUSTER_DIR/pki"
+
+# --- Ray head first: it is the slowest to start and needs nothing else. ----------------------------------
+start_proc ray "$root/.venv/bin/ray" start --head --block --disable-usage-stats \
+  --node-ip-address=127.0.0.1 --port="$RAY_GCS_PORT" \
+  --dashboard-host=127.0.0.1 --dashboard-port="$RAY_DASHBOARD_PORT" --include-dashboard=true \
+  --ray-client-server-port="$RAY_CLIENT_PORT" --node-manager-port="$RAY_NODE_MANAGER_PORT" \
+  --object-manager-port="$RAY_OBJECT_MANAGER_PORT" --metrics-export-port="$RAY_METRICS_PORT" \
+  --dashboard-agent-listen-port="$RAY_AGENT_HTTP_PORT" --dashboard-agent-grpc-port="$RAY_AGENT_GRPC_PORT" \
+  --runtime-env-agent-port="$RAY_RUNTIME_ENV_AGENT_PORT" \
+  --min-worker-port="$RAY_MIN_WORKER_PORT" --max-worker-port="$RAY_MAX_WORKER_PORT" \
+  --num-cpus="$RAY_NUM_CPUS" --num-gpus=0 --resources='{"gpu_node": 1}' \
+  --object-store-memory=$((256*1024*1024)) --temp-dir="$RAY_TMP"
+
+# --- etcd ------------------------------------------------------------------------------------------------
+start_proc etcd "$bin/etcd" --name testbed --data-dir "$CLUSTER_DIR/etcd-data" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "testbed=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" \
+  --unsafe-no-fsync --quota-backend-bytes=$((4*1024*1024*1024)) --log-level warn
+wait_for "etcd" 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+
+# --- kube-apiserver -------------------------------------------------------------------------------------
+start_proc kube-apiserver "$bin/kube-apiserver" \
+  --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+  --endpoint-reconciler-type=none \
+  --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" --client-ca-file="$pki/ca.crt" \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
+  --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=RBAC --allow-privileged=true \
+  --enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultTolerationSeconds,ResourceQuota,LimitRanger \
+  --profiling=false --event-ttl=1h --v=1
+wait_for "kube-apiserver /readyz" 60 "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz
+
+# --- the rest of the control plane, kwok and KubeRay, in parallel ----------------------------------------
+start_proc kube-controller-manager "$bin/kube-controller-manager" \
+  --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+  --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
+  --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
+  --use-service-account-credentials=false --concurrent-job-syncs=20 --kube-api-qps=200 --kube-api-burst=400 \
+  --profiling=false --v=1
+start_proc kube-scheduler "$bin/kube-scheduler" \
+  --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+  --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false --profiling=false --v=1
+sed "s|@RUNNER_IMAGE_REGEX@|$RUNNER_IMAGE_REGEX|g" "$here/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
+start_proc kwok "$bin/kwok" --kubeconfig="$kc" --config="$CLUSTER_DIR/kwok-stages.yaml" \
+  --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+  --server-address="127.0.0.1:$KWOK_PORT" --node-lease-duration-seconds=40 --cidr=10.244.0.1/16
+
+"$bin/kubectl" --kubeconfig "$kc" create -f "$tools/kuberay/crds/" >/dev/null
+python3 "$here/nodes.py" | "$bin/kubectl" --kubeconfig "$kc" create -f - >/dev/null
+"$bin/kubectl" --kubeconfig "$kc" wait --for=condition=Established --timeout=30s crd/rayclusters.ray.io >/dev/null
+start_proc kuberay-operator env KUBECONFIG="$kc" "$bin/kuberay-operator" \
+  --metrics-addr="127.0.0.1:$KUBERAY_METRICS_PORT" --health-probe-bind-address="127.0.0.1:$KUBERAY_HEALTH_PORT" \
+  --enable-leader-election=false --log-stdout-encoder=console
+
+# --- pod runner (ours) -----------------------------------------------------------------------------------
+start_proc pod-runner "$root/.venv/bin/python" "$here/pod_runner.py" --kubeconfig "$kc" \
+  --work-dir "$CLUSTER_DIR/runner" --image-regex "$RUNNER_IMAGE_REGEX"
+
+# --- readiness -------------------------------------------------------------------------------------------
+wait_for "kube-controller-manager /healthz" 30 curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"
+wait_for "kube-scheduler /healthz" 30 curl -fsSk "https://127.0.0.1:$SCHEDULER_PORT/healthz"
+wait_for "KubeRay operator /readyz" 60 curl -fsS "http://127.0.0.1:$KUBERAY_HEALTH_PORT/readyz"
+total=$((NODES + CPU_NODES))
+wait_for "$total kwok nodes Ready" 60 nodes_ready "$total"
+wait_for "Ray head (dashboard /api/gcs_healthz)" 60 curl -fsS "http://127.0.0.1:$RAY_DASHBOARD_PORT/api/gcs_healthz"
+wait_for "pod runner" 30 test -f "$CLUSTER_DIR/runner/ready"
+forget_ray_current_cluster
+"$here/storage.sh"
+
+t1=$(date +%s.%N)
+secs=$(python3 -c "print(f'{$t1-$t0:.1f}')")
+echo "$secs" >"$CLUSTER_DIR/last-up-seconds"
+log "testbed up in ${secs}s: $NODES GPU node(s) ($GPU_INSTANCE_TYPE, $GPU_PER_NODE GPU, $EFA_PER_NODE EFA), $CPU_NODES CPU node(s)"
+cat <<MSG
+  export KUBECONFIG=$KUBECONFIG_TESTBED
+  kubectl get nodes                       # .tools/bin/kubectl ($KUBERNETES_VERSION_EXPECTED)
+  Ray dashboard: http://127.0.0.1:$RAY_DASHBOARD_PORT   (RAY_ADDRESS for the ray CLI)
+  logs: $CLUSTER_DIR/logs/<component>.log   hook pod logs: ci/cluster/pod-logs.sh <pod> [-n ns]
+  tear down: make cluster-down
+MSG
