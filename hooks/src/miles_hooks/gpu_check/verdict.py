@@ -85,7 +85,7 @@ def sweep_figure(points: Sequence[Mapping[str, Any]], check_bytes: int) -> tuple
     if not eligible:
         largest = max(int(p["bytes"]) for p in points)
         eligible = [p for p in points if int(p["bytes"]) == largest]
-    best = max(eligible, key=lambda p: float(p["busbw_gbps"]))
+    best = max(eligible, key=lambda p: (float(p["busbw_gbps"]), int(p["bytes"])))
     return float(best["busbw_gbps"]), int(best["bytes"])
 
 
@@ -215,7 +215,7 @@ def health_failures(
 
 def _threshold_check(value: float | None, minimum: float | None) -> bool | None:
     if minimum is None:
-        return None if value is None else True
+        return None
     return value is not None and value >= minimum
 
 
