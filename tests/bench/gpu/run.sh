@@ -14,7 +14,10 @@ NCCL_HOME=/tmp/nccl-home
 mkdir -p $NCCL_HOME/lib
 ln -sfn "$NCCL_PKG/include" $NCCL_HOME/include
 ln -sf "$NCCL_PKG/lib/libnccl.so.2" $NCCL_HOME/lib/libnccl.so
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+if [ -z "${CUDA_HOME:-}" ]; then
+  if command -v nvcc >/dev/null; then CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")"); else CUDA_HOME=/usr/local/cuda; fi
+fi
+export PATH="$CUDA_HOME/bin:$PATH"
 BUILD=/tmp/nccl-tests-build
 t0=$(date +%s)
 make -s -C .nccl-tests/src -j 32 BUILDDIR=$BUILD NCCL_HOME=$NCCL_HOME CUDA_HOME="$CUDA_HOME" \
