@@ -594,3 +594,27 @@ def test_import_is_light() -> None:
         env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"},
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_cuda_visible_devices_narrows_nvml_checks() -> None:
+    raw = raw_node(ngpus=2)
+    raw["gpus"] = raw["gpus"][1:]
+    raw["allreduce"], raw["sendrecv"] = [], []
+    node = raw["nodes"][0]
+    node.update(local_gpus=1, cuda_visible_devices="1", visible_uuids=["GPU-1"])
+    node["health"]["gpus"][0]["ecc_uncorrected_volatile"] = 5  # another process's GPU
+    opts = Options(sizes=SIZES, expected_gpus=1)
+    assert verdict.build_report(raw, opts)["ok"]  # NVML shows 2, torch sees the 1 expected
+    node["health"]["gpus"][1]["ecc_uncorrected_volatile"] = 1
+    (f,) = verdict.build_report(raw, opts)["failures"]
+    assert (f["check"], f["gpu"]) == ("ecc", "nvml1")
+    node["cuda_visible_devices"] = None  # whole node visible: NVML count and every GPU judged
+    checks = sorted(f["check"] for f in verdict.build_report(raw, opts)["failures"])
+    assert checks == ["ecc", "ecc", "gpu_count"]
+
+
+def test_tail_of_a_log(tmp_path: Path) -> None:
+    log = tmp_path / "rank-0.log"
+    log.write_text("a\nb\nRuntimeError: NCCL error\n")
+    assert runner._tail(log, 2) == "b | RuntimeError: NCCL error"
+    assert runner._tail(tmp_path / "missing") == ""

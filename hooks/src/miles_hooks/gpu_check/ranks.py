@@ -238,6 +238,8 @@ def rank_main(opts: Options, workdir: str | None = None) -> dict[str, Any] | Non
     if local_index == 0:
         result["health"] = phases.run("nvml", node_health)
         result["local_gpus"] = torch.cuda.device_count()
+        result["visible_uuids"] = [idents[r]["uuid"] for r in my_ranks]
+        result["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         nccl = torch.cuda.nccl.version()
         result["environment"] = {
             "torch": torch.__version__,
@@ -376,6 +378,8 @@ def assemble(
                 "node_rank": i,
                 "ranks": list(ranks),
                 "local_gpus": head.get("local_gpus"),
+                "visible_uuids": head.get("visible_uuids"),
+                "cuda_visible_devices": head.get("cuda_visible_devices"),
                 "health": head.get("health"),
             }
         )

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,36 +34,6 @@ def _under_launcher() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
-def _spawn_entry(  # noqa: PLR0917 - torch passes these positionally
-    local_rank: int,
-    opts_data: dict[str, Any],
-    nproc: int,
-    num_nodes: int,
-    node_rank: int,
-    addr: str,
-    port: int,
-    workdir: str,
-) -> None:
-    os.environ.update(
-        {
-            "MASTER_ADDR": addr,
-            "MASTER_PORT": str(port),
-            "LOCAL_RANK": str(local_rank),
-            "RANK": str(node_rank * nproc + local_rank),
-            "WORLD_SIZE": str(num_nodes * nproc),
-            "LOCAL_WORLD_SIZE": str(nproc),
-            "GROUP_RANK": str(node_rank),
-        }
-    )
-    from .ranks import rank_main  # noqa: PLC0415
-
-    raw = rank_main(Options.from_dict(opts_data), workdir)
-    if raw is not None and local_rank == 0:
-        tmp = Path(workdir) / "raw.json.tmp"
-        tmp.write_text(json.dumps(raw))
-        tmp.replace(Path(workdir) / "raw.json")
-
-
 def _startup_failure(error: str, phase: str = "start") -> dict[str, Any]:
     """Raw measurements for a node where the ranks could not run: NVML findings plus the error."""
     name = node_name()
@@ -76,6 +47,14 @@ def _startup_failure(error: str, phase: str = "start") -> dict[str, Any]:
     }
 
 
+def _tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])
+
+
 def run_local(
     opts: Options,
     *,
@@ -84,10 +63,11 @@ def run_local(
     master_addr: str | None = None,
     master_port: int | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Spawn one process per visible GPU and return (raw measurements, timed_out)."""
+    """Start one process per visible GPU (``python -m miles_hooks.gpu_check.child``) and return
+    (raw measurements, timed_out).  Plain subprocesses, not multiprocessing: the caller's
+    ``__main__`` (a Ray worker, a script on stdin) is never re-imported."""
     try:
         import torch  # noqa: PLC0415
-        import torch.multiprocessing as tmp_mp  # noqa: PLC0415
     except ImportError as exc:
         return _startup_failure(f"torch not importable: {exc}"), False
     nproc = torch.cuda.device_count()
@@ -99,39 +79,58 @@ def run_local(
         raise ConfigError("several nodes need master_addr and master_port")
     addr = master_addr or "127.0.0.1"
     port = master_port or _free_port()
-    workdir = tempfile.mkdtemp(prefix="miles-gpu-check-")
+    workdir = Path(tempfile.mkdtemp(prefix="miles-gpu-check-"))
+    (workdir / "options.json").write_text(json.dumps(opts.to_dict()))
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
     try:
-        ctx = tmp_mp.start_processes(
-            _spawn_entry,
-            args=(opts.to_dict(), nproc, num_nodes, node_rank, addr, port, workdir),
-            nprocs=nproc,
-            join=False,
-            start_method="spawn",
-        )
-        deadline = time.monotonic() + opts.timeout_s
-        error: str | None = None
-        timed_out = False
-        while True:
-            try:
-                if ctx.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
-                    break
-            except Exception as exc:
-                error = (
-                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        for local_rank in range(nproc):
+            env = dict(os.environ)
+            env.update(
+                {
+                    "MASTER_ADDR": addr,
+                    "MASTER_PORT": str(port),
+                    "LOCAL_RANK": str(local_rank),
+                    "RANK": str(node_rank * nproc + local_rank),
+                    "WORLD_SIZE": str(num_nodes * nproc),
+                    "LOCAL_WORLD_SIZE": str(nproc),
+                    "GROUP_RANK": str(node_rank),
+                    "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p),
+                }
+            )
+            log = workdir / f"rank-{local_rank}.log"
+            logs.append(log)
+            with open(log, "wb") as fh:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "miles_hooks.gpu_check.child", str(workdir)],
+                        env=env,
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                    )
                 )
+        deadline = time.monotonic() + opts.timeout_s
+        failed: list[int] = []
+        timed_out = False
+        while any(p.poll() is None for p in procs):
+            failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
+            if failed:
                 break
             if time.monotonic() >= deadline:
                 timed_out = True
-                for proc in ctx.processes:
-                    if proc.is_alive():
-                        proc.kill()
-                for proc in ctx.processes:
-                    proc.join(5)
                 break
-        raw_path = Path(workdir) / "raw.json"
-        if raw_path.exists() and error is None and not timed_out:
+            time.sleep(0.05)
+        failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
+        for p in procs:  # a dead peer leaves the others waiting in NCCL: stop them
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            p.wait()
+        raw_path = workdir / "raw.json"
+        if raw_path.exists() and not failed and not timed_out:
             return json.loads(raw_path.read_text()), False
-        phases = {p.name: p.read_text() for p in sorted(Path(workdir).glob("phase-*"))}
+        phases = {p.name: p.read_text() for p in sorted(workdir.glob("phase-*"))}
         where = (
             ", ".join(f"rank {k.split('-', 1)[1]} in {v}" for k, v in phases.items())
             or "before the first phase"
@@ -142,9 +141,19 @@ def run_local(
                 f"last phases: {where}"
             )
         else:
-            msg = f"a rank process died ({error}); last phases: {where}"
+            first = failed[0] if failed else 0
+            msg = (
+                f"local rank {first} exited with code {procs[first].returncode}; last phases: {where}; "
+                f"its log ends: {_tail(logs[first])}"
+            )
+        for i, log in enumerate(logs):
+            if i in failed or timed_out:
+                print(f"--- gpu-check local rank {i} log (tail) ---\n{_tail(log, 30)}", file=sys.stderr)
         return _startup_failure(msg, "run"), timed_out
     finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

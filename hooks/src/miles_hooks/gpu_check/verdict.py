@@ -111,9 +111,17 @@ def _failure(
 
 
 def health_failures(
-    node: str, health: Mapping[str, Any], expected_gpus: int | None, allowed_throttle: int
+    node: str,
+    health: Mapping[str, Any],
+    expected_gpus: int | None,
+    allowed_throttle: int,
+    visible_uuids: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """NVML findings of one node: count, ECC, retired pages / row remapping, throttling, sensors."""
+    """NVML findings of one node: count, ECC, retired pages / row remapping, throttling, sensors.
+
+    ``visible_uuids`` (set when CUDA_VISIBLE_DEVICES narrows what the processes see, e.g. in a Ray
+    task): only those GPUs are judged, and the count is checked on what torch sees instead.
+    """
     fails: list[dict[str, Any]] = []
     if health.get("error"):
         fails.append(
@@ -127,7 +135,7 @@ def health_failures(
         )
         return fails
     count = health.get("device_count")
-    if expected_gpus is not None and count != expected_gpus:
+    if expected_gpus is not None and count != expected_gpus and not visible_uuids:
         fails.append(
             _failure(
                 "gpu_count",
@@ -139,6 +147,8 @@ def health_failures(
             )
         )
     for gpu in health.get("gpus", []):
+        if visible_uuids and gpu.get("uuid") not in visible_uuids:
+            continue
         label = f"node {node} NVML GPU {gpu.get('index')} ({gpu.get('pci_bus_id') or gpu.get('uuid')})"
         where = {"node": node, "gpu": f"nvml{gpu.get('index')}"}
         for key, what in (
@@ -241,7 +251,10 @@ def evaluate(raw: Mapping[str, Any], options: Options) -> tuple[dict[str, Any], 
             )
         health = node.get("health")
         if health is not None:
-            failures.extend(health_failures(name, health, options.expected_gpus, options.allowed_throttle))
+            visible = node.get("visible_uuids") if node.get("cuda_visible_devices") else None
+            failures.extend(
+                health_failures(name, health, options.expected_gpus, options.allowed_throttle, visible)
+            )
         nodes.append(entry)
 
     gpus = []
