@@ -1,0 +1,245 @@
+"""Render every values/ scenario with the real Helm 3 and Helm 4 and check the contract."""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import jsonschema
+import pytest
+import yaml
+
+from chartlib import (CHART, HELMS, KUBE_VERSION, NAMESPACE, RELEASE, REPO, RUN_SPEC_SCHEMA, SCENARIOS, VALUES,
+                      docs, find, render, run, run_spec, tool)
+
+# Expected derived topology per scenario (DESIGN.md "Topologies"), computed by hand here.
+EXPECTED = {
+    "colocated": dict(workerReplicas=1, clusterGpus=8, rolloutEngines=8, rolloutWorkers=0, actorGpus=8),
+    "disaggregated": dict(workerReplicas=2, clusterGpus=16, rolloutEngines=8, rolloutWorkers=1, actorGpus=8),
+    "moe": dict(workerReplicas=2, clusterGpus=16, rolloutEngines=8, rolloutWorkers=0, actorGpus=16,
+                tensorParallel=2, expertParallel=2),
+    "reward": dict(workerReplicas=1, clusterGpus=8, rolloutEngines=8, rolloutWorkers=0, actorGpus=8),
+    "hyperpod": dict(workerReplicas=1, clusterGpus=8, rolloutEngines=8, rolloutWorkers=0, actorGpus=8),
+    "single-node": dict(workerReplicas=1, clusterGpus=8, rolloutEngines=8, rolloutWorkers=0, actorGpus=8),
+    "reward-alone": dict(workerReplicas=1, clusterGpus=8),
+    "hyperpod-alone": dict(workerReplicas=1, clusterGpus=8),
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("helm", HELMS)
+def test_scenario_renders(helm, scenario):
+    documents = docs(render(helm, scenario))
+    kinds = {d["kind"] for d in documents}
+    assert "ConfigMap" in kinds
+    if "single-node" in scenario:
+        assert "RayCluster" not in kinds and find(documents, "Job", f"{RELEASE}-train")
+    else:
+        assert len(find(documents, "RayCluster")) == 1
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_helm3_and_helm4_render_the_same_objects(scenario):
+    assert docs(render("helm3", scenario)) == docs(render("helm4", scenario))
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("helm", HELMS)
+def test_run_spec_validates_against_the_hooks_schema(helm, scenario):
+    schema = json.loads(RUN_SPEC_SCHEMA.read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    documents = docs(render(helm, scenario))
+    spec = run_spec(documents)
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(spec), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+    # the hook copy that pre-install hooks mount is byte-identical
+    hook_copy = find(documents, "ConfigMap", f"{RELEASE}-run-hook")
+    assert hook_copy and hook_copy[0]["data"] == find(documents, "ConfigMap", f"{RELEASE}-run")[0]["data"]
+    assert hook_copy[0]["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_derived_topology(scenario):
+    documents = docs(render("helm4", scenario))
+    spec = run_spec(documents)
+    t = spec["topology"]
+    for key, want in EXPECTED[scenario].items():
+        assert t[key] == want, f"{scenario}: topology.{key} = {t[key]}, expected {want}"
+    # the arithmetic itself, independently of the table above
+    engines = t["rolloutGpus"] // t["rolloutGpusPerEngine"]
+    per_worker = t["gpusPerWorker"] // t["rolloutGpusPerEngine"]
+    assert t["rolloutEngines"] == engines and t["enginesPerWorker"] == per_worker
+    if spec["mode"] == "rayCluster":
+        want = t["actorNodes"] + (0 if t["colocate"] else math.ceil(engines / per_worker))
+        assert t["workerReplicas"] == want
+        (rc,) = find(documents, "RayCluster")
+        (group,) = rc["spec"]["workerGroupSpecs"]
+        assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == t["workerReplicas"]
+        assert group["rayStartParams"]["num-gpus"] == str(t["gpusPerWorker"])
+        assert group["rayStartParams"]["resources"] == '"{\\"gpu_node\\": 1}"'
+        c = group["template"]["spec"]["containers"][0]
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == str(t["gpusPerWorker"])
+        assert spec["rayCluster"]["name"] == rc["metadata"]["name"]
+        assert spec["rayCluster"]["headService"] == f"{rc['metadata']['name']}-head-svc"
+        assert spec["rayCluster"]["dashboardUrl"] == f"http://{rc['metadata']['name']}-head-svc.{NAMESPACE}.svc:8265"
+    else:
+        (job,) = find(documents, "Job", f"{RELEASE}-train")
+        c = job["spec"]["template"]["spec"]["containers"][0]
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == str(t["gpusPerWorker"])
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_train_args_carry_topology_and_batch_identity(scenario):
+    spec = run_spec(docs(render("helm4", scenario)))
+    args = spec["train"]["args"]
+
+    def flag(name):
+        return args[args.index(name) + 1]
+
+    t = spec["topology"]
+    assert flag("--actor-num-nodes") == str(t["actorNodes"])
+    assert flag("--num-gpus-per-node") == str(t["gpusPerWorker"])
+    assert flag("--rollout-num-gpus-per-engine") == str(t["rolloutGpusPerEngine"])
+    assert flag("--tensor-model-parallel-size") == str(t["tensorParallel"])
+    assert flag("--expert-model-parallel-size") == str(t["expertParallel"])
+    assert ("--colocate" in args) == t["colocate"]
+    assert int(flag("--rollout-batch-size")) * int(flag("--n-samples-per-prompt")) == \
+        int(flag("--global-batch-size")) * int(flag("--num-steps-per-rollout"))
+    assert flag("--load") == flag("--save") == spec["output"]["checkpointDir"]
+    assert spec["output"]["dir"] == f"/fsx/runs/{NAMESPACE}/{RELEASE}"
+    assert flag("--sglang-log-level") == flag("--sglang-log-level").lower()
+    if scenario.startswith("reward"):
+        assert flag("--rm-type") == "remote_rm"
+        assert flag("--rm-url") == f"http://{RELEASE}-reward.{NAMESPACE}.svc:8080/score"
+    if scenario == "moe":
+        assert flag("--sglang-mem-fraction-static") == "0.75"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_same_mount_path_in_every_pod(scenario):
+    documents = docs(render("helm4", scenario))
+    claim = run_spec(documents)["storage"]["claimName"]
+    pods = []
+    for d in documents:
+        if d["kind"] == "RayCluster":
+            pods.append(d["spec"]["headGroupSpec"]["template"]["spec"])
+            pods += [g["template"]["spec"] for g in d["spec"]["workerGroupSpecs"]]
+        elif d["kind"] in ("Job", "Deployment"):
+            pods.append(d["spec"]["template"]["spec"])
+    assert pods
+    for spec in pods:
+        vols = {v["name"]: v for v in spec.get("volumes", [])}
+        if "shared" not in vols:  # preflight/verify/wait-ready do not need storage
+            continue
+        assert vols["shared"]["persistentVolumeClaim"]["claimName"] == claim
+        for c in spec["containers"]:
+            mounts = [m for m in c.get("volumeMounts", []) if m["name"] == "shared"]
+            assert mounts and mounts[0]["mountPath"] == "/fsx"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_secrets_only_by_reference(scenario):
+    text = render("helm4", scenario)
+    documents = docs(text)
+    assert not find(documents, "Secret"), "the chart must never create Secrets"
+    for d in documents:
+        for env in _all_env(d):
+            if env["name"] in ("HF_TOKEN", "WANDB_API_KEY"):
+                assert "value" not in env and "secretKeyRef" in env["valueFrom"]
+
+
+def _all_env(obj):
+    if isinstance(obj, dict):
+        if "env" in obj and isinstance(obj["env"], list):
+            yield from obj["env"]
+        for v in obj.values():
+            yield from _all_env(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _all_env(v)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_ray_ports_stay_inside_the_release(scenario):
+    documents = docs(render("helm4", scenario))
+    for svc in find(documents, "Service"):
+        assert svc["spec"].get("type", "ClusterIP") == "ClusterIP"
+    for rc in find(documents, "RayCluster"):
+        assert rc["spec"]["headGroupSpec"]["serviceType"] == "ClusterIP"
+    (np,) = find(documents, "NetworkPolicy", f"{RELEASE}-ray")
+    peers = np["spec"]["ingress"][0]["from"]
+    assert peers == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "miles",
+                                                       "app.kubernetes.io/instance": RELEASE}}}]
+
+
+def test_kube_version_pin_satisfies_chart_yaml():
+    """kubeconform's pinned version must be one the chart declares; an older one is refused by Helm."""
+    ok = run([tool("helm4"), "template", "x", str(CHART), "--kube-version", KUBE_VERSION], check=False)
+    assert ok.returncode == 0, ok.stderr
+    old = run([tool("helm4"), "template", "x", str(CHART), "--kube-version", "1.29.0"], check=False)
+    assert old.returncode != 0 and "kubeVersion" in old.stderr
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_bad_values_fail_once_with_every_problem(helm):
+    res = run([tool(helm), "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+               "--set", "topology.rolloutGpus=4", "--set", "recipe.rolloutBatchSize=16",
+               "--set", "rayCluster.head.shmSize=32Gi"], check=False)
+    assert res.returncode != 0
+    assert "miles: 3 invalid value(s):" in res.stderr
+    for field in ("topology.rolloutGpus: expected", "recipe.globalBatchSize: expected", "rayCluster.head.shmSize: expected"):
+        assert field in res.stderr
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_schema_rejects_unknown_keys(helm):
+    res = run([tool(helm), "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+               "--set", "rayCluster.workers.efaCount=16"], check=False)
+    assert res.returncode != 0 and "efaCount" in res.stderr
+
+
+def test_values_schema_is_strict_draft7():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    jsonschema.Draft7Validator.check_schema(schema)
+    text = json.dumps(schema)
+    assert '"$ref": "http' not in text, "no remote $ref"
+    passthrough = {"#/definitions/k8sObject"}
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "properties" in node:
+                assert node.get("additionalProperties") is False, f"{path}: additionalProperties must be false"
+            for k, v in node.items():
+                walk(v, f"{path}/{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{path}/{i}")
+
+    walk(schema, "#")
+    # every key of values.yaml is described by the schema (validated by Helm itself: defaults render)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.Draft7Validator(schema).validate(values)
+    assert passthrough <= {"#/definitions/k8sObject"}
+
+
+def test_ci_values_mirror_the_scenarios():
+    names = {"colocated", "disaggregated", "moe", "reward", "hyperpod", "single-node"}
+    ci = {p.name for p in (CHART / "ci").glob("*-values.yaml")}
+    assert ci == {f"{n}-values.yaml" for n in names}
+    for n in names:
+        assert (CHART / "ci" / f"{n}-values.yaml").read_text() == (VALUES / f"values-{n}.yaml").read_text(), \
+            f"charts/miles/ci/{n}-values.yaml differs from values/values-{n}.yaml: copy it"
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_helm_template_time(helm, record_property):
+    """Measured: a full render must stay interactive (it validates and hashes the cluster spec)."""
+    start = time.perf_counter()
+    for _ in range(3):
+        run([tool(helm), "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+             "-f", str(VALUES / "values-moe.yaml")])
+    per_render = (time.perf_counter() - start) / 3
+    record_property("helm_template_seconds", round(per_render, 3))
+    print(f"{helm} template: {per_render:.3f}s per render")
+    assert per_render < 5.0
