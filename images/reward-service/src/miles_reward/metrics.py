@@ -119,6 +119,8 @@ class Metrics:
         }
         self._smp = {o: self.samples.labels(o) for o in SAMPLE_OUTCOMES}
         self._lat = {e: self.latency.labels(e) for e in ENDPOINTS}
+        for reason in ("timeout", "worker_died", "internal_error"):
+            self.worker_restarts.labels(reason)
 
     def bind_pool(self, inflight: Callable[[], float], ready: Callable[[], float]) -> None:
         self.inflight_samples.set_function(inflight)

@@ -23,6 +23,8 @@ def load(model_path: Path) -> None:
     global _model, _tokenizer, _max_length
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

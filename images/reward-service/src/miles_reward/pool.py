@@ -82,7 +82,7 @@ class WorkerPool:
         self._ctx = mp.get_context("forkserver")
         if settings.backend == "math_verify":
             # Replacement workers fork from a server that already imported sympy and math-verify.
-            self._ctx.set_forkserver_preload(["miles_reward.math_backend", "miles_reward.worker"])
+            self._ctx.set_forkserver_preload(["miles_reward.preload_math", "miles_reward.worker"])
         self._workers: list[_Worker] = []
         self._queue: deque[_Job] = deque()
         self._inflight = 0
@@ -116,16 +116,16 @@ class WorkerPool:
             return False, "shutting down"
         if self._broken:
             return False, f"pool broken: {self._broken}"
-        if self.ready_workers == 0:
-            return False, "no worker ready"
-        if self._inflight >= self.settings.max_inflight:
-            return False, f"at capacity ({self._inflight}/{self.settings.max_inflight} in flight)"
         recent = time.monotonic() - self._last_failure < UNREADY_COOLDOWN_SECONDS
         if self._consecutive_failures >= UNREADY_AFTER_CONSECUTIVE_FAILURES and recent:
             return False, (
                 f"{self._consecutive_failures} consecutive failed checks, last "
                 f"{time.monotonic() - self._last_failure:.1f}s ago"
             )
+        if self._inflight >= self.settings.max_inflight:
+            return False, f"at capacity ({self._inflight}/{self.settings.max_inflight} in flight)"
+        if not self._workers and not self._spawning:
+            return False, "no worker running"
         return True, "ok"
 
     # ------------------------------------------------------------- lifecycle

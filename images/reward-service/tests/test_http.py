@@ -1,0 +1,140 @@
+"""The HTTP API of a real service process (two math_verify workers, 2 s timeout) over loopback."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from conftest import HANGING_RESPONSE, Service, sample
+
+
+def test_score_is_a_bare_json_number(math_service: Service) -> None:
+    right = math_service.post("/score", sample("so the answer is $\\boxed{34}$", "34"))
+    wrong = math_service.post("/score", sample("so the answer is $\\boxed{35}$", "34"))
+    assert (right.status, right.body) == (200, b"1.0")
+    assert (wrong.status, wrong.body) == (200, b"0.0")
+    assert right.headers["content-type"] == "application/json"
+    assert isinstance(json.loads(right.body), float)
+
+
+def test_unusable_label_is_422_with_reason(math_service: Service) -> None:
+    for label in (None, "", "{"):
+        reply = math_service.post("/score", sample("so $\\boxed{1}$", label))
+        assert reply.status == 422, reply.body
+        assert reply.json()["error"] == "unusable_label"
+        assert reply.json()["detail"]
+
+
+def test_malformed_requests_are_400(math_service: Service) -> None:
+    assert math_service.post("/score", raw=b"{not json").status == 400
+    assert math_service.post("/score", {"prompt": "p", "label": "1"}).status == 400
+    assert math_service.post("/score", {"response": 3, "label": "1"}).status == 400
+    assert math_service.post("/score", {"response": "x", "label": ["1"]}).status == 400
+    assert math_service.post("/score", [sample("x", "1")]).status == 400
+    assert math_service.post("/score/batch", {"response": "x"}).status == 400
+
+
+def test_numeric_label_and_missing_prompt_are_accepted(math_service: Service) -> None:
+    reply = math_service.post("/score", {"response": "$\\boxed{12}$", "label": 12})
+    assert (reply.status, reply.body) == (200, b"1.0")
+
+
+def test_methods_and_routes(math_service: Service) -> None:
+    assert math_service.get("/score").status == 405
+    assert math_service.get("/nope").status == 404
+    assert math_service.get("/health").status == 200
+    assert math_service.get("/ready").status == 200
+
+
+def test_batch_keeps_order(math_service: Service) -> None:
+    items = [sample(f"so $\\boxed{{{i}}}$", str(i if i % 3 else i + 1)) for i in range(64)]
+    reply = math_service.post("/score/batch", items)
+    assert reply.status == 200, reply.body
+    assert reply.json() == [0.0 if i % 3 == 0 else 1.0 for i in range(64)]
+    assert math_service.post("/score/batch", []).json() == []
+    wrapped = math_service.post("/score/batch", {"samples": items[:2]})
+    assert wrapped.json() == [0.0, 1.0]
+
+
+def test_batch_with_an_unusable_label_is_422_with_per_sample_results(math_service: Service) -> None:
+    items = [sample("$\\boxed{1}$", "1"), sample("$\\boxed{1}$", None), sample("$\\boxed{2}$", "1")]
+    reply = math_service.post("/score/batch", items)
+    assert reply.status == 422
+    body = reply.json()
+    assert body["error"] == "unusable_label"
+    assert body["results"][0] == 1.0
+    assert body["results"][1]["error"] == "unusable_label"
+    assert body["results"][2] == 0.0
+
+
+def test_hanging_check_costs_one_503_within_timeout_and_stalls_nobody(
+    math_service: Service,
+) -> None:
+    restarts_before = math_service.metric("reward_worker_restarts_total", {"reason": "timeout"})
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        t0 = time.monotonic()
+        hanging = ex.submit(math_service.post, "/score", sample(HANGING_RESPONSE, "3"))
+        time.sleep(0.2)  # the hang now occupies one of the two workers
+        quick = [
+            ex.submit(math_service.post, "/score", sample(f"$\\boxed{{{i}}}$", str(i)))
+            for i in range(40)
+        ]
+        quick_replies = [f.result() for f in quick]
+        quick_done = time.monotonic() - t0
+        hung = hanging.result()
+        hung_done = time.monotonic() - t0
+    assert all((r.status, r.body) == (200, b"1.0") for r in quick_replies)
+    # all 40 answered while the hanging check still held its worker (it is killed at 2 s)
+    assert quick_done < 2.0, f"other requests stalled behind the hang: {quick_done:.2f}s"
+    assert hung.status == 503
+    assert hung.json()["error"] == "timeout"
+    assert hung.headers.get("retry-after") == "1"
+    assert 2.0 <= hung_done < 3.5, hung_done
+    after = math_service.metric("reward_worker_restarts_total", {"reason": "timeout"})
+    assert after == restarts_before + 1
+    # the killed worker was replaced: both workers serve again
+    deadline = time.monotonic() + 10
+    while math_service.metric("reward_workers_ready") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert math_service.metric("reward_workers_ready") == 2
+    assert math_service.post("/score", sample("$\\boxed{5}$", "5")).body == b"1.0"
+
+
+def test_hang_inside_a_batch_fails_only_that_sample(math_service: Service) -> None:
+    items = [sample(f"$\\boxed{{{i}}}$", str(i)) for i in range(20)]
+    items[7] = sample(HANGING_RESPONSE, "3")
+    t0 = time.monotonic()
+    reply = math_service.post("/score/batch", items)
+    took = time.monotonic() - t0
+    assert reply.status == 503
+    results = reply.json()["results"]
+    assert results[7]["error"] == "timeout"
+    assert [r for i, r in enumerate(results) if i != 7] == [1.0] * 19
+    assert took < 4.0
+
+
+def test_huge_response_is_answered(math_service: Service) -> None:
+    huge = "Let us expand the sum term by term. " * 30000 + "Thus $\\boxed{42}$."
+    t0 = time.monotonic()
+    reply = math_service.post("/score", sample(huge, "42"), timeout=30)
+    took = time.monotonic() - t0
+    # Either verified in time or a timeout 503 within the limit: never a silent 0.0 for a failure.
+    assert reply.status in (200, 503), reply.body
+    if reply.status == 200:
+        assert reply.body == b"1.0"
+    else:
+        assert reply.json()["error"] == "timeout"
+    assert took < 6.0, f"{took:.2f}s"
+
+
+def test_metrics_exposition(math_service: Service) -> None:
+    math_service.post("/score", sample("$\\boxed{1}$", "1"))
+    text = math_service.get("/metrics").body.decode()
+    assert "# TYPE reward_requests_total counter" in text
+    assert "# TYPE reward_request_duration_seconds histogram" in text
+    assert 'reward_request_duration_seconds_bucket{endpoint="score",le="+Inf"}' in text
+    assert "# TYPE reward_inflight_samples gauge" in text
+    assert math_service.metric("reward_requests_total", {"endpoint": "score", "outcome": "ok"}) >= 1
+    assert math_service.metric("reward_inflight_samples") == 0
+    assert math_service.metric("reward_max_inflight_samples") == 256
