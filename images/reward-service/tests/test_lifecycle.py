@@ -128,10 +128,10 @@ def test_backend_that_cannot_load_stops_startup(tmp_path: Path) -> None:
 
 def test_sigterm_finishes_in_flight_work_and_refuses_new(service_factory: ServiceFactory) -> None:
     svc = service_factory(
-        {"REWARD_WORKERS": "1", "REWARD_MAX_INFLIGHT": "4000", "REWARD_TIMEOUT_SECONDS": "5"}
+        {"REWARD_WORKERS": "1", "REWARD_MAX_INFLIGHT": "4000", "REWARD_TIMEOUT_SECONDS": "20"}
     )
     reasoning = "Expanding $(a+b)^2 = a^2 + 2ab + b^2$ and substituting gives the value. " * 30
-    items = [sample(reasoning + f"Hence $\\boxed{{{i}}}$.", str(i)) for i in range(1500)]
+    items = [sample(reasoning + f"Hence $\\boxed{{{i}}}$.", str(i)) for i in range(600)]
     with ThreadPoolExecutor(max_workers=1) as ex:
         t0 = time.monotonic()
         batch = ex.submit(svc.post, "/score/batch", items, 60.0)
@@ -153,3 +153,29 @@ def test_sigterm_finishes_in_flight_work_and_refuses_new(service_factory: Servic
     assert code in (0, -signal.SIGTERM), svc.log()
     assert not worker_pids(svc.proc.pid)
     assert took > 0.7
+
+
+def test_sigterm_answers_work_still_queued_after_the_drain_window_with_503(
+    service_factory: ServiceFactory,
+) -> None:
+    svc = service_factory(
+        {"REWARD_WORKERS": "1", "REWARD_MAX_INFLIGHT": "10000", "REWARD_TIMEOUT_SECONDS": "1"}
+    )
+    reasoning = "Expanding $(a+b)^2 = a^2 + 2ab + b^2$ and substituting gives the value. " * 30
+    items = [sample(reasoning + f"Hence $\\boxed{{{i}}}$.", str(i)) for i in range(8000)]
+    with ThreadPoolExecutor(max_workers=1) as ex:
+        batch = ex.submit(svc.post, "/score/batch", items, 120.0)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        svc.proc.send_signal(signal.SIGTERM)
+        reply = batch.result()
+        answered_after = time.monotonic() - t0
+    assert reply.status == 503
+    body = reply.json()
+    assert body["error"] == "shutting_down"
+    results = body["results"]
+    scored = [r for r in results if not isinstance(r, dict)]
+    assert scored and all(r == 1.0 for r in scored)
+    assert all(r["error"] == "shutting_down" for r in results if isinstance(r, dict))
+    assert 1.0 <= answered_after < 4.0, answered_after
+    assert svc.proc.wait(10) in (0, -signal.SIGTERM)

@@ -14,6 +14,7 @@ A failure is answered with a non-2xx status and a JSON object, never with a numb
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -85,6 +86,19 @@ class RewardApp:
         )
         self.metrics.bind_pool(lambda: self.pool.inflight, lambda: self.pool.ready_workers)
         self.started = False
+        self._shutdown_requested = False
+
+    def begin_shutdown(self) -> None:
+        """Called on SIGTERM (from the signal handler, on the loop's thread): keeps serving what is
+        in flight, and after ``drain_queue_after_seconds`` answers what is still queued with 503,
+        so the process ends within ``shutdown_grace_seconds`` with every request answered."""
+        if self._shutdown_requested:
+            return
+        self._shutdown_requested = True
+        delay = self.config.drain_queue_after_seconds
+        log.info("SIGTERM: draining; queued samples still waiting after %gs get 503", delay)
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_later(delay, self.pool.drain_queue)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

@@ -45,9 +45,16 @@ class Config:
     log_level: LogLevel = "info"
 
     @property
+    def drain_queue_after_seconds(self) -> float:
+        """After SIGTERM, samples still queued (not started) this long are answered 503."""
+        return self.timeout_seconds
+
+    @property
     def shutdown_grace_seconds(self) -> float:
-        """How long SIGTERM waits for in-flight requests: one timeout plus a margin."""
-        return self.timeout_seconds + 5.0
+        """After SIGTERM, the longest wait for in-flight requests: the queue drain, then one check
+        that started just before it (bounded by the timeout), plus a margin. The pod's
+        terminationGracePeriodSeconds must exceed this (2 x REWARD_TIMEOUT_SECONDS + 2)."""
+        return self.drain_queue_after_seconds + self.timeout_seconds + 2.0
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:

@@ -162,6 +162,12 @@ class WorkerPool:
         for w in list(self._workers):
             self._retire(w, Failed("shutting_down", "service is stopping"), requeue=False)
 
+    def drain_queue(self) -> None:
+        """Answers every queued (not started) sample 503 ``shutting_down``; stops admitting."""
+        self._closing = True
+        while self._queue:
+            self._resolve(self._queue.popleft(), Failed("shutting_down", "service is stopping"))
+
     # ------------------------------------------------------------ submission
     def try_submit(self, samples: Sequence[Sample]) -> list[asyncio.Future[Outcome]] | None:
         """Futures for ``samples``, or None when admitting them would exceed max_inflight."""

@@ -1,8 +1,10 @@
 """Entry point: ``miles-reward`` / ``python -m miles_reward``.
 
 Configuration comes from the REWARD_* environment variables (see config.py); the only flag is
-``--host`` (default 0.0.0.0), which tests use to bind loopback. SIGTERM stops accepting connections,
-lets in-flight requests finish for up to REWARD_TIMEOUT_SECONDS + 5 s, then stops the workers.
+``--host`` (default 0.0.0.0), which tests use to bind loopback. SIGTERM stops accepting connections
+and lets in-flight requests finish: samples still queued after REWARD_TIMEOUT_SECONDS are answered
+503, checks already running finish or time out, then the workers stop (at most
+2 x REWARD_TIMEOUT_SECONDS + 2 s in all).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 import uvicorn
 
@@ -19,6 +22,18 @@ from miles_reward.app import RewardApp
 
 EXIT_CONFIG = 2
 EXIT_START = 3
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the app when SIGTERM/SIGINT arrives so it can bound the drain."""
+
+    def __init__(self, config: uvicorn.Config, app: RewardApp) -> None:
+        super().__init__(config)
+        self.reward_app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.reward_app.begin_shutdown()
+        super().handle_exit(sig, frame)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -36,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     app = RewardApp(cfg)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             app,
             host=args.host,
@@ -51,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_keep_alive=120,
             timeout_graceful_shutdown=int(cfg.shutdown_grace_seconds + 0.999),
             backlog=4096,
-        )
+        ),
+        app,
     )
     server.run()
     if not app.started:
