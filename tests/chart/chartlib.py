@@ -50,6 +50,7 @@ SCENARIOS: dict[str, list[str]] = {
     "single-node": ["values-single-node.yaml"],
     "reward-alone": ["values-reward.yaml"],
     "hyperpod-alone": ["values-hyperpod.yaml"],
+    "local-testbed": ["values-local-testbed.yaml"],
 }
 
 

@@ -23,6 +23,7 @@ EXPECTED = {
     "single-node": dict(workerReplicas=1, clusterGpus=8, rolloutEngines=8, rolloutWorkers=0, actorGpus=8),
     "reward-alone": dict(workerReplicas=1, clusterGpus=8),
     "hyperpod-alone": dict(workerReplicas=1, clusterGpus=8),
+    "local-testbed": dict(workerReplicas=1, clusterGpus=1, rolloutEngines=1),
 }
 
 
