@@ -1,0 +1,221 @@
+"""convert: real orchestration around a test converter writing real torch.distributed.checkpoint files."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, run_cli, spec_in, write
+
+from miles_hooks import convert
+from miles_hooks import spec as specmod
+from miles_hooks.errors import CheckFailed
+
+if os.environ.get("MILES_HOOKS_ALLOW_NO_TORCH") == "1":
+    pytest.importorskip("torch", reason="torch not installed and MILES_HOOKS_ALLOW_NO_TORCH=1")
+
+CONVERTER = REPO / "tests" / "fixtures" / "dcp_converter.py"
+
+
+def conv_spec(tmp: Path, backend: str = "megatron") -> dict[str, Any]:
+    raw = spec_in(tmp)
+    hf = Path(raw["model"]["hfPath"])
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text(json.dumps({"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2}))
+    raw["model"]["trainBackend"] = backend
+    raw["convert"]["command"] = [sys.executable, str(CONVERTER)]
+    raw["convert"]["lockStaleSeconds"] = 60
+    raw["train"]["workdir"] = str(tmp)
+    raw["train"]["modelArgsCommand"] = "echo --num-layers 2 --hidden-size 32"
+    raw["runtimeEnv"]["envVars"].pop("PYTHONPATH", None)
+    return raw
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    return env
+
+
+def assert_valid_or_absent(raw: dict[str, Any]) -> bool:
+    """Invariant after any interruption: either nothing is published or a complete, valid result is."""
+    target = Path(raw["model"]["torchDistPath"])
+    if not target.exists():
+        return False
+    source = convert.source_identity(raw)
+    assert convert.published_mismatch(target, source) is None
+    convert.validate(target, json.loads((Path(raw["model"]["hfPath"]) / "config.json").read_text()))
+    return True
+
+
+def test_converter_argv_quotes_and_expands_model_args(tmp_path: Path) -> None:
+    raw = conv_spec(tmp_path)
+    raw["model"]["hfPath"] = "/fsx/models/with space"
+    argv = convert.converter_argv(raw, "/fsx/x y/.tmp")
+    assert argv[:2] == ["bash", "-c"]
+    assert "MODEL_ARGS=$(echo --num-layers 2 --hidden-size 32)" in argv[2]
+    assert "--hf-checkpoint '/fsx/models/with space' --save '/fsx/x y/.tmp'" in argv[2]
+    assert argv[4:] == [sys.executable, str(CONVERTER)]
+    raw["convert"]["nprocPerNode"] = 8
+    raw["convert"]["command"] = ["python3", "tools/convert_hf_to_torch_dist.py"]
+    assert convert.converter_argv(raw, "/s")[4:] == ["torchrun", "--nproc-per-node=8", "tools/convert_hf_to_torch_dist.py"]
+
+
+def test_check_tensors_against_hf_config() -> None:
+    cfg = {"vocab_size": 1000, "hidden_size": 32}
+    assert convert.check_tensors({"embedding.word_embeddings.weight": (1024, 32)}, cfg) == []
+    assert convert.check_tensors({}, cfg) == ["release/.metadata lists no tensors"]
+    assert "vocab_size=1000" in convert.check_tensors({"embedding.word_embeddings.weight": (500, 32)}, cfg)[0]
+    assert "hidden_size=32" in convert.check_tensors({"embedding.word_embeddings.weight": (1024, 16)}, cfg)[0]
+    assert "no word-embedding" in convert.check_tensors({"x": (1,)}, cfg)[0]
+
+
+def test_convert_publishes_then_skips_fast(tmp_path: Path) -> None:
+    raw = conv_spec(tmp_path)
+    path = write(tmp_path / "run.json", raw)
+    count = tmp_path / "count"
+    t0 = time.monotonic()
+    proc = run_cli("convert", "--spec", str(path), "--json", env=env_with(DCP_CONVERTER_COUNT=str(count)))
+    first_s = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["converted"] is True
+    target = Path(raw["model"]["torchDistPath"])
+    assert (target / "latest_checkpointed_iteration.txt").read_text().strip() == "release"
+    assert assert_valid_or_absent(raw)
+    assert count.read_text().count("\n") == 1
+    assert "--num-layers 2 --hidden-size 32" in count.read_text()
+    assert not list(target.parent.glob(".*.tmp-*")) and not (target.parent / f".{target.name}.lock").exists()
+
+    spec = specmod.load(path)
+    t1 = time.perf_counter()
+    out = convert.run(spec)
+    skip_s = time.perf_counter() - t1
+    t2 = time.monotonic()
+    again = run_cli("convert", "--spec", str(path), env=env_with(DCP_CONVERTER_COUNT=str(count)))
+    cli_skip_s = time.monotonic() - t2
+    print(f"convert: first run {first_s:.2f}s, skip in-process {skip_s * 1000:.1f} ms, skip CLI {cli_skip_s:.2f}s")
+    assert out["skipped"] is True and again.returncode == 0
+    assert count.read_text().count("\n") == 1
+    assert skip_s < 1.0
+
+
+@pytest.mark.parametrize("damage", ["marker", "shard", "config"])
+def test_partial_or_stale_result_is_redone(tmp_path: Path, damage: str) -> None:
+    raw = conv_spec(tmp_path)
+    spec = specmod.load(write(tmp_path / "run.json", raw))
+    count = tmp_path / "count"
+    os.environ["DCP_CONVERTER_COUNT"] = str(count)
+    try:
+        convert.run(spec)
+        target = Path(raw["model"]["torchDistPath"])
+        if damage == "marker":
+            (target / convert.MARKER).unlink()
+        elif damage == "shard":
+            shard = next((target / "release").glob("*.distcp"))
+            shard.write_bytes(shard.read_bytes()[:10])
+        else:
+            (Path(raw["model"]["hfPath"]) / "config.json").write_text(
+                json.dumps({"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 3}))
+        source = convert.source_identity(raw)
+        assert convert.published_mismatch(target, source) is not None
+        out = convert.run(spec)
+        assert out["converted"] is True
+        assert count.read_text().count("\n") == 2
+        assert assert_valid_or_absent(raw)
+    finally:
+        os.environ.pop("DCP_CONVERTER_COUNT", None)
+
+
+@pytest.mark.parametrize(("fault", "needle"), [("bad-iteration", "expected 'release'"),
+                                                ("small-vocab", "vocab_size=1000"),
+                                                ("missing-shard", "referenced by .metadata is missing")])
+def test_invalid_converter_output_is_never_published(tmp_path: Path, fault: str, needle: str) -> None:
+    raw = conv_spec(tmp_path)
+    proc = run_cli("convert", "--spec", str(write(tmp_path / "run.json", raw)),
+                   env=env_with(DCP_CONVERTER_FAULT=fault))
+    assert proc.returncode == 1
+    assert needle in proc.stderr
+    target = Path(raw["model"]["torchDistPath"])
+    assert not target.exists()
+    assert not list(target.parent.glob(".*.tmp-*")) and not (target.parent / f".{target.name}.lock").exists()
+
+
+def test_fsdp_backend_needs_no_conversion(tmp_path: Path) -> None:
+    raw = conv_spec(tmp_path, backend="fsdp")
+    count = tmp_path / "count"
+    proc = run_cli("convert", "--spec", str(write(tmp_path / "run.json", raw)), "--json",
+                   env=env_with(DCP_CONVERTER_COUNT=str(count)))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["reason"] == "fsdp"
+    assert not count.exists() and not Path(raw["model"]["torchDistPath"]).exists()
+
+
+def test_missing_hf_checkpoint_is_a_clear_failure(tmp_path: Path) -> None:
+    raw = conv_spec(tmp_path)
+    (Path(raw["model"]["hfPath"]) / "config.json").unlink()
+    proc = run_cli("convert", "--spec", str(write(tmp_path / "run.json", raw)))
+    assert proc.returncode == 1 and "model.hfPath" in proc.stderr and "prepare-data" in proc.stderr
+
+
+def test_killed_twenty_times_never_publishes_partial_and_then_completes(tmp_path: Path) -> None:
+    raw = conv_spec(tmp_path)
+    path = write(tmp_path / "run.json", raw)
+    target = Path(raw["model"]["torchDistPath"])
+    env = env_with(DCP_CONVERTER_SLOW="0.4")
+    t0 = time.monotonic()
+    full = run_cli("convert", "--spec", str(path), env=env)
+    duration = time.monotonic() - t0
+    assert full.returncode == 0, full.stderr
+    rng = random.Random(20261130)
+    killed_midway = 0
+    for i in range(20):
+        if target.exists():
+            import shutil
+
+            shutil.rmtree(target)  # start each round from "not converted" so every kill point is exercised
+        proc = subprocess.Popen([sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.05, duration * 1.05))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(0.1)  # let the converter child (PDEATHSIG) die
+        published = assert_valid_or_absent(raw)
+        killed_midway += 0 if published else 1
+        print(f"kill {i + 1:2d}: {'published complete' if published else 'nothing published'}")
+    assert killed_midway >= 10, "most kills must land mid-conversion for this test to mean anything"
+    done = run_cli("convert", "--spec", str(path), env=env)
+    assert done.returncode == 0, done.stderr
+    assert assert_valid_or_absent(raw)
+    assert not list(target.parent.glob(".*.tmp-*")) and not list(target.parent.glob(".*.stale-*"))
+
+
+def test_two_concurrent_converters_convert_once(tmp_path: Path) -> None:
+    raw = conv_spec(tmp_path)
+    path = write(tmp_path / "run.json", raw)
+    count = tmp_path / "count"
+    env = env_with(DCP_CONVERTER_SLOW="1", DCP_CONVERTER_COUNT=str(count))
+    procs = [subprocess.Popen([sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path), "--json"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [r[1] for r in results]
+    outcomes = sorted(json.loads(r[0])["converted"] for r in results)
+    assert outcomes == [False, True]
+    assert count.read_text().count("\n") == 1
+    assert assert_valid_or_absent(raw)
+
+
+def test_source_identity_requires_config(tmp_path: Path) -> None:
+    raw = conv_spec(tmp_path)
+    ident = convert.source_identity(raw)
+    assert ident["repoId"] == "Qwen/Qwen3-4B" and len(ident["configSha256"]) == 64
+    (Path(raw["model"]["hfPath"]) / "config.json").unlink()
+    with pytest.raises(CheckFailed):
+        convert.source_identity(raw)
