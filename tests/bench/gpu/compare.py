@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -82,8 +83,11 @@ def run(
     return proc.returncode, proc.stdout, elapsed
 
 
-def torch_matmul(n: int = 8192, warmup: int = 10, iters: int = 50) -> list[float]:
-    """Plain ``a @ b`` in bf16 on random data, one GPU after another: TFLOP/s per GPU."""
+def torch_matmul(
+    n: int = 8192, iters: int = 50, warmup_s: float = 0.25, windows: int = 3
+) -> list[list[float]]:
+    """Plain ``c = a @ b`` in bf16 on random data, one GPU after another, timed like ours: at least
+    ``warmup_s`` of matmuls, then ``windows`` event-timed windows of ``iters``.  TFLOP/s per window."""
     import torch
 
     out = []
@@ -91,18 +95,24 @@ def torch_matmul(n: int = 8192, warmup: int = 10, iters: int = 50) -> list[float
         with torch.cuda.device(i):
             a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
             b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-            for _ in range(warmup):
-                c = a @ b
-            start, end = (
-                torch.cuda.Event(enable_timing=True),
-                torch.cuda.Event(enable_timing=True),
-            )
-            start.record()
-            for _ in range(iters):
-                c = a @ b
-            end.record()
-            end.synchronize()
-            out.append(2.0 * n**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12)
+            deadline = time.perf_counter() + warmup_s
+            while time.perf_counter() < deadline:
+                for _ in range(10):
+                    c = a @ b
+                torch.cuda.synchronize()
+            per_gpu = []
+            for _ in range(windows):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(iters):
+                    c = a @ b
+                end.record()
+                end.synchronize()
+                per_gpu.append(
+                    2.0 * n**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12
+                )
+            out.append(per_gpu)
             del a, b, c
             torch.cuda.empty_cache()
     return out
@@ -185,7 +195,14 @@ def main() -> int:
         "gpus": [
             {
                 k: g.get(k)
-                for k in ("node", "local_rank", "name", "matmul_tflops", "copy_gbps")
+                for k in (
+                    "node",
+                    "local_rank",
+                    "name",
+                    "matmul_tflops",
+                    "matmul_windows_tflops",
+                    "copy_gbps",
+                )
             }
             for g in report["gpus"]
         ],
@@ -236,7 +253,9 @@ def main() -> int:
         shutil.rmtree(pdir, ignore_errors=True)
     bench["planted"] = planted
 
-    base = torch_matmul()
+    base_windows = torch_matmul()
+    base = [statistics.median(w) for w in base_windows]
+    bench["torch_matmul_windows_tflops"] = base_windows
     bench["torch_matmul_tflops"] = base
 
     # comparison
