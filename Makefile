@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 PYTEST_ARGS ?=
 
-.PHONY: help tools lint lint-chart lint-python lint-docker unittest pytest test demo bench clean-tools lock
+.PHONY: help tools lint lint-chart lint-python lint-docker unittest pytest test demo bench package clean-tools lock
 
 help: ## list targets
 	@grep -E '^[a-z][-a-z]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -49,6 +49,9 @@ demo: tools ## the main job: see README.md
 
 bench: tools ## benchmarks; results land in tests/bench/results/
 	ci/bench.sh
+
+package: tools ## helm package + push/pull round trip through an OCI registry on loopback (INSTALL=1: into the testbed)
+	ci/package.sh
 
 lock: ## re-resolve ci/requirements.lock from ci/requirements.txt in a scratch venv
 	ci/lock-requirements.sh
