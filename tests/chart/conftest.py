@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from chartlib import REPO, run  # noqa: E402
+from chartlib import REPO, run
 
 
 @pytest.fixture(scope="session")

@@ -8,22 +8,34 @@ import time
 import jsonschema
 import pytest
 import yaml
-
-from chartlib import (CHART, HELMS, KUBE_VERSION, NAMESPACE, RELEASE, REPO, RUN_SPEC_SCHEMA, SCENARIOS, VALUES,
-                      docs, find, render, run, run_spec, tool)
+from chartlib import (
+    CHART,
+    HELMS,
+    KUBE_VERSION,
+    NAMESPACE,
+    RELEASE,
+    RUN_SPEC_SCHEMA,
+    SCENARIOS,
+    VALUES,
+    docs,
+    find,
+    render,
+    run,
+    run_spec,
+    tool,
+)
 
 # Expected derived topology per scenario (DESIGN.md "Topologies"), computed by hand here.
 EXPECTED = {
-    "colocated": dict(workerReplicas=1, clusterGpus=8, rolloutEngines=8, rolloutWorkers=0, actorGpus=8),
-    "disaggregated": dict(workerReplicas=2, clusterGpus=16, rolloutEngines=8, rolloutWorkers=1, actorGpus=8),
-    "moe": dict(workerReplicas=2, clusterGpus=16, rolloutEngines=8, rolloutWorkers=0, actorGpus=16,
-                tensorParallel=2, expertParallel=2),
-    "reward": dict(workerReplicas=1, clusterGpus=8, rolloutEngines=8, rolloutWorkers=0, actorGpus=8),
-    "hyperpod": dict(workerReplicas=1, clusterGpus=8, rolloutEngines=8, rolloutWorkers=0, actorGpus=8),
-    "single-node": dict(workerReplicas=1, clusterGpus=8, rolloutEngines=8, rolloutWorkers=0, actorGpus=8),
-    "reward-alone": dict(workerReplicas=1, clusterGpus=8),
-    "hyperpod-alone": dict(workerReplicas=1, clusterGpus=8),
-    "local-testbed": dict(workerReplicas=1, clusterGpus=1, rolloutEngines=1),
+    "colocated": {"workerReplicas": 1, "clusterGpus": 8, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 8},
+    "disaggregated": {"workerReplicas": 2, "clusterGpus": 16, "rolloutEngines": 8, "rolloutWorkers": 1, "actorGpus": 8},
+    "moe": {"workerReplicas": 2, "clusterGpus": 16, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 16, "tensorParallel": 2, "expertParallel": 2},
+    "reward": {"workerReplicas": 1, "clusterGpus": 8, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 8},
+    "hyperpod": {"workerReplicas": 1, "clusterGpus": 8, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 8},
+    "single-node": {"workerReplicas": 1, "clusterGpus": 8, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 8},
+    "reward-alone": {"workerReplicas": 1, "clusterGpus": 8},
+    "hyperpod-alone": {"workerReplicas": 1, "clusterGpus": 8},
+    "local-testbed": {"workerReplicas": 1, "clusterGpus": 1, "rolloutEngines": 1},
 }
 
 

@@ -8,8 +8,17 @@ import shutil
 
 import pytest
 import yaml
-
-from chartlib import (CHART, HELMS, KUBE_VERSION, REPO, SCENARIOS, docs, kubeconform_cmd, render, run, tool)
+from chartlib import (
+    CHART,
+    HELMS,
+    REPO,
+    SCENARIOS,
+    docs,
+    kubeconform_cmd,
+    render,
+    run,
+    tool,
+)
 
 ALLOWLIST = REPO / "ci" / "checkov-allowlist.yaml"
 
@@ -36,7 +45,7 @@ def test_kubeconform_catches_a_field_the_raycluster_crd_lacks(kubeconform_schema
 
 def test_kubeconform_catches_a_misspelled_pod_field(kubeconform_schemas, tmp_path):
     documents = docs(render("helm4", "single-node"))
-    (job,) = [d for d in documents if d["kind"] == "Job"]
+    (job,) = [d for d in documents if d["kind"] == "Job" and d["metadata"]["name"] == "miles-train"]
     job["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
     manifest = tmp_path / "typo.yaml"
     manifest.write_text(yaml.safe_dump(job))
