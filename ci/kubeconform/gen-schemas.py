@@ -14,6 +14,7 @@ e.g. <out>/v1.34.3-standalone-strict/deployment-apps-v1.json and .../raycluster-
 source marks it x-kubernetes-preserve-unknown-fields), so unknown or misspelled fields fail.
 Nothing here is hand-written schema: it is all derived from the upstream files.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,25 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 # Kinds the chart renders (plus a few a user may add); --all generates every kind in the swagger.
 DEFAULT_KINDS = {
-    ("", "v1"): ["ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Pod", "Secret", "Service",
-                 "ServiceAccount"],
+    ("", "v1"): [
+        "ConfigMap",
+        "PersistentVolume",
+        "PersistentVolumeClaim",
+        "Pod",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+    ],
     ("apps", "v1"): ["Deployment", "StatefulSet", "DaemonSet"],
     ("batch", "v1"): ["Job", "CronJob"],
     ("networking.k8s.io", "v1"): ["NetworkPolicy"],
     ("policy", "v1"): ["PodDisruptionBudget"],
-    ("rbac.authorization.k8s.io", "v1"): ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"],
+    ("rbac.authorization.k8s.io", "v1"): [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ],
     ("storage.k8s.io", "v1"): ["StorageClass"],
     ("scheduling.k8s.io", "v1"): ["PriorityClass"],
 }
@@ -52,11 +65,17 @@ def read_versions() -> dict[str, str]:
 
 
 def module_dir(module: str, version: str) -> pathlib.Path:
-    res = subprocess.run(["go", "mod", "download", "-json", f"{module}@v{version}"],
-                         check=True, capture_output=True, text=True)
+    res = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@v{version}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     info = json.loads(res.stdout)
     if "Dir" not in info:
-        raise SystemExit(f"go mod download {module}@v{version}: {info.get('Error', res.stdout)}")
+        raise SystemExit(
+            f"go mod download {module}@v{version}: {info.get('Error', res.stdout)}"
+        )
     return pathlib.Path(info["Dir"])
 
 
@@ -75,8 +94,11 @@ def strictify(node):
         if node.get("x-kubernetes-int-or-string"):
             node.pop("type", None)
             node["oneOf"] = [{"type": "string"}, {"type": "integer"}]
-        if ("properties" in node and "additionalProperties" not in node
-                and not node.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in node
+            and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
             node["additionalProperties"] = False
     elif isinstance(node, list):
         for v in node:
@@ -85,8 +107,12 @@ def strictify(node):
 
 
 SPECIAL = {
-    "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
-    "io.k8s.apimachinery.pkg.api.resource.Quantity": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+    "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {
+        "oneOf": [{"type": "string"}, {"type": "integer"}]
+    },
+    "io.k8s.apimachinery.pkg.api.resource.Quantity": {
+        "oneOf": [{"type": "string"}, {"type": "number"}]
+    },
 }
 
 
@@ -126,14 +152,20 @@ def gen_kubernetes(version: str, out: pathlib.Path, all_kinds: bool) -> int:
             api = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
             props["apiVersion"] = {"type": "string", "enum": [api]}
             props["kind"] = {"type": "string", "enum": [gvk["kind"]]}
-            path = out / f"{gvk['kind'].lower()}{kind_suffix(gvk['group'], gvk['version'])}.json"
+            path = (
+                out
+                / f"{gvk['kind'].lower()}{kind_suffix(gvk['group'], gvk['version'])}.json"
+            )
             path.write_text(json.dumps(schema, separators=(",", ":")))
             n += 1
     return n
 
 
 def gen_kuberay(version: str, out: pathlib.Path) -> int:
-    bases = module_dir("github.com/ray-project/kuberay/ray-operator", version) / "config/crd/bases"
+    bases = (
+        module_dir("github.com/ray-project/kuberay/ray-operator", version)
+        / "config/crd/bases"
+    )
     n = 0
     for crd_file in sorted(bases.glob("*.yaml")):
         crd = yaml.safe_load(crd_file.read_text())
@@ -156,18 +188,31 @@ def gen_kuberay(version: str, out: pathlib.Path) -> int:
 def main(argv: list[str]) -> int:
     versions = read_versions()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=pathlib.Path, help="schema root for kubeconform -schema-location")
+    ap.add_argument(
+        "--out",
+        required=True,
+        type=pathlib.Path,
+        help="schema root for kubeconform -schema-location",
+    )
     ap.add_argument("--kubernetes-version", default=versions["KUBERNETES_VERSION"])
     ap.add_argument("--kuberay-version", default=versions["KUBERAY_VERSION"])
-    ap.add_argument("--all", action="store_true", help="every Kubernetes kind, not only those the chart uses")
+    ap.add_argument(
+        "--all",
+        action="store_true",
+        help="every Kubernetes kind, not only those the chart uses",
+    )
     args = ap.parse_args(argv)
     out = args.out / f"v{args.kubernetes_version}-standalone-strict"
     out.mkdir(parents=True, exist_ok=True)
     k = gen_kubernetes(args.kubernetes_version, out, args.all)
     r = gen_kuberay(args.kuberay_version, out)
-    print(f"gen-schemas: {k} Kubernetes v{args.kubernetes_version} + {r} KubeRay v{args.kuberay_version} schemas in {out}")
-    print(f"kubeconform -strict -kubernetes-version {args.kubernetes_version} "
-          f"-schema-location '{args.out}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json'")
+    print(
+        f"gen-schemas: {k} Kubernetes v{args.kubernetes_version} + {r} KubeRay v{args.kuberay_version} schemas in {out}"
+    )
+    print(
+        f"kubeconform -strict -kubernetes-version {args.kubernetes_version} "
+        f"-schema-location '{args.out}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json'"
+    )
     return 0
 
 

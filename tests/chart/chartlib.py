@@ -3,6 +3,7 @@
 Every test shells out to the real tool; nothing is re-implemented or mocked. A missing tool is a
 test failure naming `make tools`, not a skip.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,7 +21,9 @@ CHART = REPO / "charts" / "miles"
 VALUES = REPO / "values"
 TOOLS_BIN = REPO / ".tools" / "bin"
 VENV_BIN = REPO / ".venv" / "bin"
-RUN_SPEC_SCHEMA = REPO / "hooks" / "src" / "miles_hooks" / "schemas" / "run-spec.schema.json"
+RUN_SPEC_SCHEMA = (
+    REPO / "hooks" / "src" / "miles_hooks" / "schemas" / "run-spec.schema.json"
+)
 RELEASE = "miles"
 NAMESPACE = "miles-test"
 HELMS = ("helm3", "helm4")
@@ -61,15 +64,21 @@ def tool(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    pytest.fail(f"tool '{name}' not found in .tools/bin, .venv/bin or PATH: run `make tools`")
+    pytest.fail(
+        f"tool '{name}' not found in .tools/bin, .venv/bin or PATH: run `make tools`"
+    )
 
 
 def run(cmd: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PATH"] = f"{TOOLS_BIN}:{VENV_BIN}:{env.get('PATH', '')}"
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, **kw)
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, check=False, **kw
+    )
     if check and res.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} exited {res.returncode}\nstdout:\n{res.stdout[-4000:]}\nstderr:\n{res.stderr[-4000:]}")
+        pytest.fail(
+            f"{' '.join(cmd)} exited {res.returncode}\nstdout:\n{res.stdout[-4000:]}\nstderr:\n{res.stderr[-4000:]}"
+        )
     return res
 
 
@@ -78,8 +87,20 @@ def render(helm: str, scenario: str, extra: tuple[str, ...] = ()) -> str:
     files: list[str] = []
     for f in SCENARIOS[scenario]:
         files += ["-f", str(VALUES / f)]
-    res = run([tool(helm), "template", RELEASE, str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION,
-               *files, *extra])
+    res = run(
+        [
+            tool(helm),
+            "template",
+            RELEASE,
+            str(CHART),
+            "-n",
+            NAMESPACE,
+            "--kube-version",
+            KUBE_VERSION,
+            *files,
+            *extra,
+        ]
+    )
     return res.stdout
 
 
@@ -88,7 +109,11 @@ def docs(text: str) -> list[dict]:
 
 
 def find(documents: list[dict], kind: str, name: str | None = None) -> list[dict]:
-    return [d for d in documents if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    return [
+        d
+        for d in documents
+        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
 
 
 def run_spec(documents: list[dict], name: str = f"{RELEASE}-run") -> dict:
@@ -98,5 +123,14 @@ def run_spec(documents: list[dict], name: str = f"{RELEASE}-run") -> dict:
 
 def kubeconform_cmd(schemas: pathlib.Path) -> list[str]:
     loc = f"{schemas}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"
-    return [tool("kubeconform"), "-strict", "-summary", "-output", "json", "-kubernetes-version", KUBE_VERSION,
-            "-schema-location", loc]
+    return [
+        tool("kubeconform"),
+        "-strict",
+        "-summary",
+        "-output",
+        "json",
+        "-kubernetes-version",
+        KUBE_VERSION,
+        "-schema-location",
+        loc,
+    ]

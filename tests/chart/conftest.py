@@ -1,4 +1,5 @@
 """Fixtures for tests/chart (helpers live in chartlib.py, a name no other test tree uses)."""
+
 from __future__ import annotations
 
 import pathlib
@@ -15,7 +16,12 @@ from chartlib import REPO, run
 def kubeconform_schemas(tmp_path_factory) -> pathlib.Path:
     """Schemas generated at test time from the pinned Kubernetes swagger and KubeRay CRDs."""
     out = tmp_path_factory.mktemp("kubeconform-schemas")
-    run([sys.executable, str(REPO / "ci" / "kubeconform" / "gen-schemas.py"), "--out", str(out)])
+    run(
+        [
+            sys.executable,
+            str(REPO / "ci" / "kubeconform" / "gen-schemas.py"),
+            "--out",
+            str(out),
+        ]
+    )
     return out
-
-

@@ -1,4 +1,5 @@
 """Render every values/ scenario with the real Helm 3 and Helm 4 and check the contract."""
+
 from __future__ import annotations
 
 import json
@@ -27,12 +28,50 @@ from chartlib import (
 
 # Expected derived topology per scenario (DESIGN.md "Topologies"), computed by hand here.
 EXPECTED = {
-    "colocated": {"workerReplicas": 1, "clusterGpus": 8, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 8},
-    "disaggregated": {"workerReplicas": 2, "clusterGpus": 16, "rolloutEngines": 8, "rolloutWorkers": 1, "actorGpus": 8},
-    "moe": {"workerReplicas": 2, "clusterGpus": 16, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 16, "tensorParallel": 2, "expertParallel": 2},
-    "reward": {"workerReplicas": 1, "clusterGpus": 8, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 8},
-    "hyperpod": {"workerReplicas": 1, "clusterGpus": 8, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 8},
-    "single-node": {"workerReplicas": 1, "clusterGpus": 8, "rolloutEngines": 8, "rolloutWorkers": 0, "actorGpus": 8},
+    "colocated": {
+        "workerReplicas": 1,
+        "clusterGpus": 8,
+        "rolloutEngines": 8,
+        "rolloutWorkers": 0,
+        "actorGpus": 8,
+    },
+    "disaggregated": {
+        "workerReplicas": 2,
+        "clusterGpus": 16,
+        "rolloutEngines": 8,
+        "rolloutWorkers": 1,
+        "actorGpus": 8,
+    },
+    "moe": {
+        "workerReplicas": 2,
+        "clusterGpus": 16,
+        "rolloutEngines": 8,
+        "rolloutWorkers": 0,
+        "actorGpus": 16,
+        "tensorParallel": 2,
+        "expertParallel": 2,
+    },
+    "reward": {
+        "workerReplicas": 1,
+        "clusterGpus": 8,
+        "rolloutEngines": 8,
+        "rolloutWorkers": 0,
+        "actorGpus": 8,
+    },
+    "hyperpod": {
+        "workerReplicas": 1,
+        "clusterGpus": 8,
+        "rolloutEngines": 8,
+        "rolloutWorkers": 0,
+        "actorGpus": 8,
+    },
+    "single-node": {
+        "workerReplicas": 1,
+        "clusterGpus": 8,
+        "rolloutEngines": 8,
+        "rolloutWorkers": 0,
+        "actorGpus": 8,
+    },
     "reward-alone": {"workerReplicas": 1, "clusterGpus": 8},
     "hyperpod-alone": {"workerReplicas": 1, "clusterGpus": 8},
     "local-testbed": {"workerReplicas": 1, "clusterGpus": 1, "rolloutEngines": 1},
@@ -63,12 +102,21 @@ def test_run_spec_validates_against_the_hooks_schema(helm, scenario):
     jsonschema.Draft7Validator.check_schema(schema)
     documents = docs(render(helm, scenario))
     spec = run_spec(documents)
-    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(spec), key=lambda e: list(e.path))
+    errors = sorted(
+        jsonschema.Draft7Validator(schema).iter_errors(spec), key=lambda e: list(e.path)
+    )
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
     # the hook copy that pre-install hooks mount is byte-identical
     hook_copy = find(documents, "ConfigMap", f"{RELEASE}-run-hook")
-    assert hook_copy and hook_copy[0]["data"] == find(documents, "ConfigMap", f"{RELEASE}-run")[0]["data"]
-    assert hook_copy[0]["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert (
+        hook_copy
+        and hook_copy[0]["data"]
+        == find(documents, "ConfigMap", f"{RELEASE}-run")[0]["data"]
+    )
+    assert (
+        hook_copy[0]["metadata"]["annotations"]["helm.sh/hook"]
+        == "pre-install,pre-upgrade"
+    )
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -83,18 +131,28 @@ def test_derived_topology(scenario):
     per_worker = t["gpusPerWorker"] // t["rolloutGpusPerEngine"]
     assert t["rolloutEngines"] == engines and t["enginesPerWorker"] == per_worker
     if spec["mode"] == "rayCluster":
-        want = t["actorNodes"] + (0 if t["colocate"] else math.ceil(engines / per_worker))
+        want = t["actorNodes"] + (
+            0 if t["colocate"] else math.ceil(engines / per_worker)
+        )
         assert t["workerReplicas"] == want
         (rc,) = find(documents, "RayCluster")
         (group,) = rc["spec"]["workerGroupSpecs"]
-        assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == t["workerReplicas"]
+        assert (
+            group["replicas"]
+            == group["minReplicas"]
+            == group["maxReplicas"]
+            == t["workerReplicas"]
+        )
         assert group["rayStartParams"]["num-gpus"] == str(t["gpusPerWorker"])
         assert group["rayStartParams"]["resources"] == '"{\\"gpu_node\\": 1}"'
         c = group["template"]["spec"]["containers"][0]
         assert c["resources"]["limits"]["nvidia.com/gpu"] == str(t["gpusPerWorker"])
         assert spec["rayCluster"]["name"] == rc["metadata"]["name"]
         assert spec["rayCluster"]["headService"] == f"{rc['metadata']['name']}-head-svc"
-        assert spec["rayCluster"]["dashboardUrl"] == f"http://{rc['metadata']['name']}-head-svc.{NAMESPACE}.svc:8265"
+        assert (
+            spec["rayCluster"]["dashboardUrl"]
+            == f"http://{rc['metadata']['name']}-head-svc.{NAMESPACE}.svc:8265"
+        )
     else:
         (job,) = find(documents, "Job", f"{RELEASE}-train")
         c = job["spec"]["template"]["spec"]["containers"][0]
@@ -116,8 +174,9 @@ def test_train_args_carry_topology_and_batch_identity(scenario):
     assert flag("--tensor-model-parallel-size") == str(t["tensorParallel"])
     assert flag("--expert-model-parallel-size") == str(t["expertParallel"])
     assert ("--colocate" in args) == t["colocate"]
-    assert int(flag("--rollout-batch-size")) * int(flag("--n-samples-per-prompt")) == \
-        int(flag("--global-batch-size")) * int(flag("--num-steps-per-rollout"))
+    assert int(flag("--rollout-batch-size")) * int(
+        flag("--n-samples-per-prompt")
+    ) == int(flag("--global-batch-size")) * int(flag("--num-steps-per-rollout"))
     assert flag("--load") == flag("--save") == spec["output"]["checkpointDir"]
     assert spec["output"]["dir"] == f"/fsx/runs/{NAMESPACE}/{RELEASE}"
     assert flag("--sglang-log-level") == flag("--sglang-log-level").lower()
@@ -181,33 +240,76 @@ def test_ray_ports_stay_inside_the_release(scenario):
         assert rc["spec"]["headGroupSpec"]["serviceType"] == "ClusterIP"
     (np,) = find(documents, "NetworkPolicy", f"{RELEASE}-ray")
     peers = np["spec"]["ingress"][0]["from"]
-    assert peers == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "miles",
-                                                       "app.kubernetes.io/instance": RELEASE}}}]
+    assert peers == [
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "miles",
+                    "app.kubernetes.io/instance": RELEASE,
+                }
+            }
+        }
+    ]
 
 
 def test_kube_version_pin_satisfies_chart_yaml():
     """kubeconform's pinned version must be one the chart declares; an older one is refused by Helm."""
-    ok = run([tool("helm4"), "template", "x", str(CHART), "--kube-version", KUBE_VERSION], check=False)
+    ok = run(
+        [tool("helm4"), "template", "x", str(CHART), "--kube-version", KUBE_VERSION],
+        check=False,
+    )
     assert ok.returncode == 0, ok.stderr
-    old = run([tool("helm4"), "template", "x", str(CHART), "--kube-version", "1.29.0"], check=False)
+    old = run(
+        [tool("helm4"), "template", "x", str(CHART), "--kube-version", "1.29.0"],
+        check=False,
+    )
     assert old.returncode != 0 and "kubeVersion" in old.stderr
 
 
 @pytest.mark.parametrize("helm", HELMS)
 def test_bad_values_fail_once_with_every_problem(helm):
-    res = run([tool(helm), "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
-               "--set", "topology.rolloutGpus=4", "--set", "recipe.rolloutBatchSize=16",
-               "--set", "rayCluster.head.shmSize=32Gi"], check=False)
+    res = run(
+        [
+            tool(helm),
+            "template",
+            "x",
+            str(CHART),
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            "topology.rolloutGpus=4",
+            "--set",
+            "recipe.rolloutBatchSize=16",
+            "--set",
+            "rayCluster.head.shmSize=32Gi",
+        ],
+        check=False,
+    )
     assert res.returncode != 0
     assert "miles: 3 invalid value(s):" in res.stderr
-    for field in ("topology.rolloutGpus: expected", "recipe.globalBatchSize: expected", "rayCluster.head.shmSize: expected"):
+    for field in (
+        "topology.rolloutGpus: expected",
+        "recipe.globalBatchSize: expected",
+        "rayCluster.head.shmSize: expected",
+    ):
         assert field in res.stderr
 
 
 @pytest.mark.parametrize("helm", HELMS)
 def test_schema_rejects_unknown_keys(helm):
-    res = run([tool(helm), "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
-               "--set", "rayCluster.workers.efaCount=16"], check=False)
+    res = run(
+        [
+            tool(helm),
+            "template",
+            "x",
+            str(CHART),
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            "rayCluster.workers.efaCount=16",
+        ],
+        check=False,
+    )
     assert res.returncode != 0 and "efaCount" in res.stderr
 
 
@@ -222,7 +324,9 @@ def test_values_schema_is_strict_draft7():
     def walk(node, path):
         if isinstance(node, dict):
             if node.get("type") == "object" and "properties" in node:
-                assert node.get("additionalProperties") is False, f"{path}: additionalProperties must be false"
+                assert node.get("additionalProperties") is False, (
+                    f"{path}: additionalProperties must be false"
+                )
             for k, v in node.items():
                 walk(v, f"{path}/{k}")
         elif isinstance(node, list):
@@ -241,8 +345,11 @@ def test_ci_values_mirror_the_scenarios():
     ci = {p.name for p in (CHART / "ci").glob("*-values.yaml")}
     assert ci == {f"{n}-values.yaml" for n in names}
     for n in names:
-        assert (CHART / "ci" / f"{n}-values.yaml").read_text() == (VALUES / f"values-{n}.yaml").read_text(), \
+        assert (CHART / "ci" / f"{n}-values.yaml").read_text() == (
+            VALUES / f"values-{n}.yaml"
+        ).read_text(), (
             f"charts/miles/ci/{n}-values.yaml differs from values/values-{n}.yaml: copy it"
+        )
 
 
 @pytest.mark.parametrize("helm", HELMS)
@@ -250,8 +357,18 @@ def test_helm_template_time(helm, record_property):
     """Measured: a full render must stay interactive (it validates and hashes the cluster spec)."""
     start = time.perf_counter()
     for _ in range(3):
-        run([tool(helm), "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
-             "-f", str(VALUES / "values-moe.yaml")])
+        run(
+            [
+                tool(helm),
+                "template",
+                RELEASE,
+                str(CHART),
+                "--kube-version",
+                KUBE_VERSION,
+                "-f",
+                str(VALUES / "values-moe.yaml"),
+            ]
+        )
     per_render = (time.perf_counter() - start) / 3
     record_property("helm_template_seconds", round(per_render, 3))
     print(f"{helm} template: {per_render:.3f}s per render")
