@@ -96,7 +96,7 @@ class Options:
     iters: int = 20
     warmup: int = 5
     matmul_n: int = 8192
-    matmul_iters: int = 50
+    matmul_iters: int = 20
     copy_bytes: int = 2 * GIB
     allowed_throttle: int = 0x1
     out_dir: str = "/tmp/miles-gpu-check"
@@ -328,7 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=20, help="timed iterations per message size (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up iterations per message size (default 5)")
     p.add_argument("--matmul-n", type=int, default=8192, help="square bf16 matmul size (default 8192)")
-    p.add_argument("--matmul-iters", type=int, default=50, help="timed matmuls per GPU (default 50)")
+    p.add_argument(
+        "--matmul-iters",
+        type=int,
+        default=20,
+        help="matmuls per timed window, 3 windows per GPU (default 20)",
+    )
     p.add_argument("--copy-size", default="2G", help="device copy size per GPU (default 2G)")
     p.add_argument(
         "--allow-throttle", default="GpuIdle", help="NVML clock-event reasons that pass (default GpuIdle)"
