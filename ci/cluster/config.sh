@@ -28,6 +28,8 @@ RAY_RUNTIME_ENV_AGENT_PORT=${RAY_RUNTIME_ENV_AGENT_PORT:-36007}
 RAY_MIN_WORKER_PORT=${RAY_MIN_WORKER_PORT:-36100}
 RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-36199}
 RAY_NUM_CPUS=${RAY_NUM_CPUS:-2}
+# 1: run the Ray head with ci/cluster/fake-miles at /root/miles (needs mount namespaces), so jobs really run.
+FAKE_MILES=${FAKE_MILES:-1}
 # Ray's session dir holds Unix sockets (path limit ~107 bytes): keep it short.
 RAY_TMP=${RAY_TMP:-/tmp/miles-tb-ray-$(printf %s "$root" | sha256sum | cut -c1-8)}
 
@@ -39,7 +41,10 @@ GPU_NODE_CPU=${GPU_NODE_CPU:-192}
 GPU_NODE_MEMORY=${GPU_NODE_MEMORY:-2048Gi}
 GPU_PER_NODE=${GPU_PER_NODE:-8}
 EFA_PER_NODE=${EFA_PER_NODE:-15}
-CPU_INSTANCE_TYPE=${CPU_INSTANCE_TYPE:-ml.m5.8xlarge}
+CPU_INSTANCE_TYPE=${CPU_INSTANCE_TYPE:-ml.m7i.8xlarge}
+GPU_INSTANCE_GROUP=${GPU_INSTANCE_GROUP:-gpu-p5en}
+CPU_INSTANCE_GROUP=${CPU_INSTANCE_GROUP:-cpu-m7i}
+export NODES CPU_NODES GPU_INSTANCE_TYPE GPU_NODE_CPU GPU_NODE_MEMORY GPU_PER_NODE EFA_PER_NODE CPU_INSTANCE_TYPE CPU_NODE_CPU CPU_NODE_MEMORY GPU_INSTANCE_GROUP CPU_INSTANCE_GROUP
 CPU_NODE_CPU=${CPU_NODE_CPU:-32}
 CPU_NODE_MEMORY=${CPU_NODE_MEMORY:-128Gi}
 
@@ -48,3 +53,9 @@ CPU_NODE_MEMORY=${CPU_NODE_MEMORY:-128Gi}
 RUNNER_IMAGE_REGEX=${RUNNER_IMAGE_REGEX:-miles-hooks}
 
 KUBERNETES_VERSION_EXPECTED=v1.34.4
+
+# Shared storage stand-in (FSx for Lustre is simulated): one local dir, exposed as a hostPath PV + an RWX PVC
+# per namespace (ci/cluster/storage.sh). values/values-local-testbed.yaml mounts it at the same path, so the
+# run spec's paths are valid both in hook processes and in the local Ray head.
+FSX_DIR=${FSX_DIR:-/tmp/miles-testbed-fsx}
+FSX_CLAIM=${FSX_CLAIM:-fsx-claim}

@@ -33,6 +33,10 @@ for name in pod-runner kuberay-operator kwok kube-scheduler kube-controller-mana
 done
 for f in "$CLUSTER_DIR"/run/*.pid; do [[ -e $f ]] && stop "$(basename "$f" .pid)"; done
 forget_ray_current_cluster
+if [[ -f "$CLUSTER_DIR/run/created-root-miles" ]]; then
+  rmdir /root/miles 2>/dev/null || log "left /root/miles in place (not empty)"
+  rm -f "$CLUSTER_DIR/run/created-root-miles"
+fi
 rm -rf "$CLUSTER_DIR/etcd-data" "$CLUSTER_DIR/runner" "$RAY_TMP"
 
 for ((i = 0; i < 50; i++)); do busy=$(listening_ports); [[ -z $busy ]] && break; sleep 0.1; done

@@ -59,7 +59,7 @@ def node(name: str, labels: dict[str, str], taints: list[dict[str, str]], resour
             "name": name,
             "labels": base,
             # kwok manages exactly the nodes carrying this annotation (see up.sh).
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
         },
         "spec": {"taints": taints},
         "status": {"capacity": dict(resources), "allocatable": dict(resources)},
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
         "vpc.amazonaws.com/efa": str(efa),
         "hugepages-2Mi": "0",
     }
-    cpu_type = env("CPU_INSTANCE_TYPE", "ml.m5.8xlarge")
+    cpu_type = env("CPU_INSTANCE_TYPE", "ml.m7i.8xlarge")
     cpu_res = {
         "cpu": env_quantity("CPU_NODE_CPU", "32"),
         "memory": env_quantity("CPU_NODE_MEMORY", "128Gi"),
@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
             {
                 "node.kubernetes.io/instance-type": cpu_type,
                 "beta.kubernetes.io/instance-type": cpu_type,
-                "sagemaker.amazonaws.com/instance-group-name": "cpu-group",
+                "sagemaker.amazonaws.com/instance-group-name": env("CPU_INSTANCE_GROUP", "cpu-m7i"),
                 "sagemaker.amazonaws.com/node-health-status": "Schedulable",
                 "sagemaker.amazonaws.com/compute-type": "hyperpod",
                 "testbed.miles.dev/pool": "cpu",
@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
             {
                 "node.kubernetes.io/instance-type": gpu_type,
                 "beta.kubernetes.io/instance-type": gpu_type,
-                "sagemaker.amazonaws.com/instance-group-name": "gpu-group",
+                "sagemaker.amazonaws.com/instance-group-name": env("GPU_INSTANCE_GROUP", "gpu-p5en"),
                 "sagemaker.amazonaws.com/node-health-status": "Schedulable",
                 "sagemaker.amazonaws.com/deep-health-check-status": "Passed",
                 "sagemaker.amazonaws.com/compute-type": "hyperpod",

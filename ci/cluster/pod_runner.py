@@ -130,6 +130,7 @@ class Runner:
         self.stopping = threading.Event()
         self.kwok_nodes: dict[str, bool] = {}
         self.kwok_logs = self._has_kwok_logs_crd()
+        self._storage_pairs: dict[int, list[tuple[str, str]]] = {}
 
     # ------------------------------------------------------------------ discovery
     def _has_kwok_logs_crd(self) -> bool:
@@ -399,10 +400,13 @@ class Runner:
                 self.write_file(target / k, v, map_services)
 
     def write_file(self, path: Path, content: bytes, map_services: bool = False) -> None:
+        """Write one projected file. ConfigMap text gets the testbed's mappings (shared-storage mount path ->
+        local dir, RayCluster head Service -> local Ray head), like the run spec's paths and dashboard URL."""
         path.parent.mkdir(parents=True, exist_ok=True)
         if map_services:
             try:
-                content = self.map_services(content.decode(), "").encode()
+                text = self.map_paths(content.decode(), self._storage_pairs.get(threading.get_ident(), []))
+                content = self.map_services(text, "").encode()
             except UnicodeDecodeError:
                 pass
         path.write_bytes(content)
@@ -446,8 +450,21 @@ class Runner:
     def materialise_volumes(self, pod: client.V1Pod, pod_dir: Path) -> dict[str, Path]:
         ns = pod.metadata.namespace
         out: dict[str, Path] = {}
+        # Claims first: their mount paths are mapped inside ConfigMap files (the run spec's paths).
+        for v in pod.spec.volumes or []:
+            if v.persistent_volume_claim:
+                out[v.name] = self.claim_dir(ns, v.persistent_volume_claim.claim_name)
+        pairs = []
+        for c in (pod.spec.init_containers or []) + pod.spec.containers:
+            for m in c.volume_mounts or []:
+                if m.name in out:
+                    local = out[m.name] / m.sub_path if m.sub_path else out[m.name]
+                    pairs.append((m.mount_path.rstrip("/") or "/", str(local)))
+        self._storage_pairs[threading.get_ident()] = pairs
         for v in pod.spec.volumes or []:
             d = pod_dir / "volumes" / v.name
+            if v.persistent_volume_claim:
+                continue
             if v.config_map:
                 opt = bool(v.config_map.optional)
                 data = self.read_cm(ns, v.config_map.name, opt) or {}
@@ -484,8 +501,6 @@ class Runner:
                         tok = self.token(pod, [sat.audience] if sat.audience else None,
                                          sat.expiration_seconds or 3600)
                         self.write_file(d / sat.path, tok.encode())
-            elif v.persistent_volume_claim:
-                d = self.claim_dir(ns, v.persistent_volume_claim.claim_name)
             elif v.host_path:
                 d = pod_dir / "hostpath" / v.name
                 d.mkdir(parents=True, exist_ok=True)
@@ -620,11 +635,13 @@ class Runner:
 
     @staticmethod
     def map_paths(value: str, pairs: list[tuple[str, str]]) -> str:
-        for src, dst in pairs:
-            if src == dst or src == "/":
-                continue
-            value = re.sub(r"(?<![\w.\-/])" + re.escape(src) + r"(?=/|$|[\s:;,\"'=)\]}])", lambda _m, d=dst: d, value)
-        return value
+        """Rewrite each path that starts with a mount path (longest match wins, each occurrence once)."""
+        table = {src: dst for src, dst in pairs if src != "/"}
+        if not table:
+            return value
+        alts = "|".join(re.escape(s) for s in sorted(table, key=len, reverse=True))
+        pattern = r"(?<![\w.\-/])(" + alts + r")(?=/|$|[\s:;,\"'=)\]}])"
+        return re.sub(pattern, lambda m: table[m.group(1)], value)
 
     def map_services(self, value: str, ns: str) -> str:
         """Map a RayCluster head Service address (``<name>-head-svc[.<ns>[.svc[.cluster.local]]]:<port>``) to the
@@ -671,6 +688,7 @@ class Runner:
         log_path = pod_dir / f"{c.name}.log"
         self.register_logs(pod, c.name, log_path)
         LOG.info("%s/%s[%s]: %s", ns, name, c.name, " ".join(argv))
+        started = time.time()
         with open(log_path, "ab", buffering=0) as logf:
             try:
                 p = subprocess.Popen(argv, env=base, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT,
@@ -689,7 +707,15 @@ class Runner:
         tail = self.tail(log_path)
         self.annotate(pod, {LOG_TAIL_ANNOTATION: tail, LOG_FILE_ANNOTATION: str(log_path)})
         LOG.info("%s/%s[%s] exited %d", ns, name, c.name, code)
+        self.journal({"namespace": ns, "pod": name, "uid": run.uid, "container": c.name, "image": c.image,
+                      "argv": argv, "start": started, "end": time.time(), "exitCode": code,
+                      "labels": pod.metadata.labels or {}, "log": str(log_path)})
         return code, tail
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        """One JSON line per finished container in <work-dir>/journal.jsonl (tests read the hook order)."""
+        with self.lock, open(self.s.work_dir / "journal.jsonl", "a") as f:
+            f.write(json.dumps(entry, sort_keys=True) + "\n")
 
     @staticmethod
     def tail(path: Path) -> str:

@@ -33,16 +33,28 @@ kc="$KUBECONFIG_TESTBED"
 pki="$CLUSTER_DIR/pki"
 
 # --- Ray head first: it is the slowest to start and needs nothing else. ----------------------------------
-start_proc ray "$root/.venv/bin/ray" start --head --block --disable-usage-stats \
-  --node-ip-address=127.0.0.1 --port="$RAY_GCS_PORT" \
-  --dashboard-host=127.0.0.1 --dashboard-port="$RAY_DASHBOARD_PORT" --include-dashboard=true \
-  --ray-client-server-port="$RAY_CLIENT_PORT" --node-manager-port="$RAY_NODE_MANAGER_PORT" \
-  --object-manager-port="$RAY_OBJECT_MANAGER_PORT" --metrics-export-port="$RAY_METRICS_PORT" \
-  --dashboard-agent-listen-port="$RAY_AGENT_HTTP_PORT" --dashboard-agent-grpc-port="$RAY_AGENT_GRPC_PORT" \
-  --runtime-env-agent-port="$RAY_RUNTIME_ENV_AGENT_PORT" \
-  --min-worker-port="$RAY_MIN_WORKER_PORT" --max-worker-port="$RAY_MAX_WORKER_PORT" \
-  --num-cpus="$RAY_NUM_CPUS" --num-gpus=0 --resources='{"gpu_node": 1}' \
-  --object-store-memory=$((256*1024*1024)) --temp-dir="$RAY_TMP"
+# The submitted job runs `cd /root/miles; python3 train.py ...`. Where mount namespaces are allowed (root),
+# the Ray head runs in its own mount namespace with ci/cluster/fake-miles bind-mounted at /root/miles (an empty
+# mount point is created on the host if missing, and removed by cluster-down), so the job really runs.
+ray_cmd=("$root/.venv/bin/ray" start --head --block --disable-usage-stats
+  --node-ip-address=127.0.0.1 --port="$RAY_GCS_PORT"
+  --dashboard-host=127.0.0.1 --dashboard-port="$RAY_DASHBOARD_PORT" --include-dashboard=true
+  --ray-client-server-port="$RAY_CLIENT_PORT" --node-manager-port="$RAY_NODE_MANAGER_PORT"
+  --object-manager-port="$RAY_OBJECT_MANAGER_PORT" --metrics-export-port="$RAY_METRICS_PORT"
+  --dashboard-agent-listen-port="$RAY_AGENT_HTTP_PORT" --dashboard-agent-grpc-port="$RAY_AGENT_GRPC_PORT"
+  --runtime-env-agent-port="$RAY_RUNTIME_ENV_AGENT_PORT"
+  --min-worker-port="$RAY_MIN_WORKER_PORT" --max-worker-port="$RAY_MAX_WORKER_PORT"
+  --num-cpus="$RAY_NUM_CPUS" --num-gpus=0 --resources='{"gpu_node": 1}'
+  --object-store-memory=$((256*1024*1024)) --temp-dir="$RAY_TMP")
+export PATH="$root/.venv/bin:$PATH" RAY_USAGE_STATS_ENABLED=0
+if [[ $FAKE_MILES == 1 ]] && unshare -m --propagation private true 2>/dev/null; then
+  if [[ ! -e /root/miles ]]; then mkdir /root/miles && touch "$CLUSTER_DIR/run/created-root-miles"; fi
+  start_proc ray unshare -m --propagation private -- bash -c \
+    'mount --bind "$0" /root/miles && exec "$@"' "$here/fake-miles" "${ray_cmd[@]}"
+else
+  log "mount namespaces unavailable (or FAKE_MILES=0): submitted Ray jobs will fail (no /root/miles)"
+  start_proc ray "${ray_cmd[@]}"
+fi
 
 # --- etcd ------------------------------------------------------------------------------------------------
 start_proc etcd "$bin/etcd" --name testbed --data-dir "$CLUSTER_DIR/etcd-data" \
@@ -62,6 +74,8 @@ start_proc kube-apiserver "$bin/kube-apiserver" \
   --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
   --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=RBAC --allow-privileged=true \
   --enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultTolerationSeconds,ResourceQuota,LimitRanger \
+  --kubelet-preferred-address-types=InternalIP --kubelet-certificate-authority="$pki/ca.crt" \
+  --kubelet-client-certificate="$pki/admin.crt" --kubelet-client-key="$pki/admin.key" \
   --profiling=false --event-ttl=1h --v=1
 wait_for "kube-apiserver /readyz" 60 "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz
 
@@ -75,12 +89,16 @@ start_proc kube-controller-manager "$bin/kube-controller-manager" \
 start_proc kube-scheduler "$bin/kube-scheduler" \
   --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
   --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false --profiling=false --v=1
+# kwok's kubelet server (127.0.0.1:$KWOK_PORT, the simulated nodes' kubelet endpoint) serves `kubectl logs` for
+# the pods the runner executes, through one kwok Logs object per pod.
+"$bin/kubectl" --kubeconfig "$kc" create -f "$tools/kwok/crds/" -f "$tools/kuberay/crds/" >/dev/null
 sed "s|@RUNNER_IMAGE_REGEX@|$RUNNER_IMAGE_REGEX|g" "$here/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
 start_proc kwok "$bin/kwok" --kubeconfig="$kc" --config="$CLUSTER_DIR/kwok-stages.yaml" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-  --server-address="127.0.0.1:$KWOK_PORT" --node-lease-duration-seconds=40 --cidr=10.244.0.1/16
+  --server-address="127.0.0.1:$KWOK_PORT" --node-ip=127.0.0.1 --node-port="$KWOK_PORT" \
+  --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" --enable-crds=Logs \
+  --node-lease-duration-seconds=40 --cidr=10.244.0.1/16
 
-"$bin/kubectl" --kubeconfig "$kc" create -f "$tools/kuberay/crds/" >/dev/null
 python3 "$here/nodes.py" | "$bin/kubectl" --kubeconfig "$kc" create -f - >/dev/null
 "$bin/kubectl" --kubeconfig "$kc" wait --for=condition=Established --timeout=30s crd/rayclusters.ray.io >/dev/null
 start_proc kuberay-operator env KUBECONFIG="$kc" "$bin/kuberay-operator" \
@@ -89,7 +107,8 @@ start_proc kuberay-operator env KUBECONFIG="$kc" "$bin/kuberay-operator" \
 
 # --- pod runner (ours) -----------------------------------------------------------------------------------
 start_proc pod-runner "$root/.venv/bin/python" "$here/pod_runner.py" --kubeconfig "$kc" \
-  --work-dir "$CLUSTER_DIR/runner" --image-regex "$RUNNER_IMAGE_REGEX"
+  --work-dir "$CLUSTER_DIR/runner" --image-regex "$RUNNER_IMAGE_REGEX" \
+  --ray-dashboard "127.0.0.1:$RAY_DASHBOARD_PORT" --ray-gcs "127.0.0.1:$RAY_GCS_PORT" --ray-client "127.0.0.1:$RAY_CLIENT_PORT"
 
 # --- readiness -------------------------------------------------------------------------------------------
 wait_for "kube-controller-manager /healthz" 30 curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"
@@ -100,7 +119,7 @@ wait_for "$total kwok nodes Ready" 60 nodes_ready "$total"
 wait_for "Ray head (dashboard /api/gcs_healthz)" 60 curl -fsS "http://127.0.0.1:$RAY_DASHBOARD_PORT/api/gcs_healthz"
 wait_for "pod runner" 30 test -f "$CLUSTER_DIR/runner/ready"
 forget_ray_current_cluster
-"$here/storage.sh"
+"$here/storage.sh" default
 
 t1=$(date +%s.%N)
 secs=$(python3 -c "print(f'{$t1-$t0:.1f}')")

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Creates the shared-storage stand-in for NAMESPACE: a hostPath PersistentVolume on $FSX_DIR pre-bound to an
+# RWX PersistentVolumeClaim named CLAIM (default fsx-claim, what the chart's `storage.existingClaim` expects).
+# Idempotent. Usage: ci/cluster/storage.sh [NAMESPACE] [CLAIM]      (delete: storage.sh --delete NAMESPACE [CLAIM])
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/config.sh"
+source "$here/lib.sh"
+delete=0
+if [[ ${1:-} == --delete ]]; then delete=1; shift; fi
+ns=${1:-default}
+claim=${2:-$FSX_CLAIM}
+[[ $ns =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || die "namespace '$ns' is not a valid DNS-1123 label"
+[[ $claim =~ ^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$ ]] || die "claim '$claim' is not a valid DNS-1123 name"
+kc=(--kubeconfig "$KUBECONFIG_TESTBED")
+pv="testbed-fsx-$ns-$claim"
+pv=${pv:0:253}
+if ((delete)); then
+  "$bin/kubectl" "${kc[@]}" -n "$ns" delete pvc "$claim" --ignore-not-found --wait=false >/dev/null
+  "$bin/kubectl" "${kc[@]}" delete pv "$pv" --ignore-not-found --wait=false >/dev/null
+  exit 0
+fi
+mkdir -p "$FSX_DIR"
+"$bin/kubectl" "${kc[@]}" create namespace "$ns" --dry-run=client -o yaml | "$bin/kubectl" "${kc[@]}" apply -f - >/dev/null
+"$bin/kubectl" "${kc[@]}" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: $pv
+  labels: {testbed.miles.dev/storage: fsx}
+spec:
+  capacity: {storage: 1200Gi}
+  accessModes: [ReadWriteMany]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  hostPath: {path: $FSX_DIR, type: DirectoryOrCreate}
+  claimRef: {namespace: $ns, name: $claim}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: $claim
+  namespace: $ns
+  labels: {testbed.miles.dev/storage: fsx}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: ""
+  volumeName: $pv
+  resources: {requests: {storage: 1200Gi}}
+YAML
+for ((i = 0; i < 100; i++)); do
+  phase=$("$bin/kubectl" "${kc[@]}" -n "$ns" get pvc "$claim" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+  [[ $phase == Bound ]] && exit 0
+  sleep 0.1
+done
+die "PVC $ns/$claim did not bind to PV $pv within 10 s (phase '$phase')"

@@ -1,0 +1,158 @@
+"""Helpers for the end-to-end tests and benchmarks on the local testbed (ci/cluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS_BIN = REPO / ".tools" / "bin"
+CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR") or REPO / ".tools" / "cluster")
+KUBECONFIG = CLUSTER_DIR / "kubeconfig"
+CHART = REPO / "charts" / "miles"
+VALUES = REPO / "values"
+OVERLAY = VALUES / "values-local-testbed.yaml"
+FSX_DIR = Path(os.environ.get("FSX_DIR") or "/tmp/miles-testbed-fsx")
+RAY_DASHBOARD = f"http://127.0.0.1:{os.environ.get('RAY_DASHBOARD_PORT', '38265')}"
+JOURNAL = CLUSTER_DIR / "runner" / "journal.jsonl"
+HOOK_ORDER = ["preflight", "prepare-data", "convert", "wait-ready", "verify", "submit"]
+
+
+class CommandFailed(AssertionError):
+    pass
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+    seconds: float
+
+
+def run(argv: list[str], check: bool = True, timeout: float = 900, env: dict[str, str] | None = None) -> Result:
+    full_env = dict(os.environ, KUBECONFIG=str(KUBECONFIG),
+                    PATH=f"{TOOLS_BIN}:{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}")
+    full_env.update(env or {})
+    t0 = time.monotonic()
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO, check=False)
+    res = Result(p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+    if check and p.returncode != 0:
+        raise CommandFailed(f"{' '.join(argv)} exited {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n"
+                            f"--- stderr\n{p.stderr[-4000:]}")
+    return res
+
+
+def kubectl(*args: str, check: bool = True, timeout: float = 120) -> Result:
+    return run([str(TOOLS_BIN / "kubectl"), *args], check=check, timeout=timeout)
+
+
+def kget(kind: str, ns: str | None = None, name: str | None = None, selector: str | None = None) -> Any:
+    args = ["get", kind, "-o", "json"]
+    if name:
+        args.insert(2, name)
+    if ns:
+        args += ["-n", ns]
+    if selector:
+        args += ["-l", selector]
+    return json.loads(kubectl(*args).out)
+
+
+def helm(version: str, *args: str, check: bool = True, timeout: float = 900) -> Result:
+    return run([str(TOOLS_BIN / version), *args], check=check, timeout=timeout)
+
+
+def is_up() -> bool:
+    if not KUBECONFIG.exists():
+        return False
+    return kubectl("get", "--raw", "/readyz", check=False, timeout=10).rc == 0
+
+
+def up(nodes: int | None = None) -> float:
+    env = {"NODES": str(nodes)} if nodes is not None else {}
+    res = run([str(REPO / "ci" / "cluster" / "up.sh")], env=env, timeout=300)
+    sys.stderr.write(res.out[-2000:])
+    return float((CLUSTER_DIR / "last-up-seconds").read_text().strip())
+
+
+def down() -> None:
+    run([str(REPO / "ci" / "cluster" / "down.sh")], timeout=120)
+
+
+def journal(namespace: str | None = None, since: float = 0.0) -> list[dict[str, Any]]:
+    if not JOURNAL.exists():
+        return []
+    out = []
+    for line in JOURNAL.read_text().splitlines():
+        e = json.loads(line)
+        if (namespace is None or e["namespace"] == namespace) and e["start"] >= since:
+            out.append(e)
+    return out
+
+
+def hook_steps(entries: list[dict[str, Any]]) -> list[str]:
+    """The miles-hooks step each journal entry ran (main containers only), in start order."""
+    steps = []
+    for e in sorted(entries, key=lambda e: e["start"]):
+        argv = e["argv"]
+        for i, a in enumerate(argv):
+            if a in HOOK_ORDER + ["status"] and (i > 0 and ("miles-hooks" in argv[i - 1] or argv[i - 1] == "miles_hooks")):
+                steps.append(a)
+                break
+    return steps
+
+
+def ray_jobs() -> list[dict[str, Any]]:
+    with urllib.request.urlopen(RAY_DASHBOARD + "/api/jobs/", timeout=10) as r:
+        return list(json.loads(r.read()))
+
+
+def release_jobs(release: str, namespace: str) -> list[dict[str, Any]]:
+    return [j for j in ray_jobs() if (j.get("metadata") or {}).get("miles.release") == release
+            and (j.get("metadata") or {}).get("miles.namespace") == namespace]
+
+
+def stop_job(submission_id: str) -> None:
+    req = urllib.request.Request(f"{RAY_DASHBOARD}/api/jobs/{submission_id}/stop", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+    except OSError:
+        pass
+
+
+def wait_until(what: str, fn: Any, timeout: float = 60, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def as_seen_by_hooks(spec_text: str) -> dict[str, Any]:
+    """The run spec as a hook process on the testbed reads it: the pod runner maps the storage mount to
+    $FSX_DIR and the RayCluster head Service to the local Ray head (same functions as the runner)."""
+    sys.path.insert(0, str(REPO / "ci" / "cluster"))
+    import pod_runner
+
+    mount = json.loads(spec_text)["storage"]["mountPath"]
+    text = pod_runner.Runner.map_paths(spec_text, [(mount.rstrip("/"), str(FSX_DIR))])
+    dashboard = RAY_DASHBOARD.removeprefix("http://")
+    text = pod_runner.SERVICE_REF.sub(lambda m: dashboard if m.group(2) == "8265" else m.group(0), text)
+    return dict(json.loads(text))
+
+
+def run_spec(namespace: str, fullname: str) -> dict[str, Any]:
+    """The run spec the release's ConfigMap holds, as the hooks see it."""
+    cm = kget("configmap", namespace, f"{fullname}-run")
+    return as_seen_by_hooks(cm["data"]["run.json"])
