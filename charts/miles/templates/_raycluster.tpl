@@ -45,6 +45,7 @@ be raised the container exits with a message instead of starting a raylet that d
   "annotations" $rc.head.annotations
   "serviceAccountName" (include "miles.serviceAccountName" .)
   "automountToken" $v.serviceAccount.automountToken
+  "podSecurityContext" $v.gpuPodSecurityContext
   "nodeSelector" $pools.head.nodeSelector
   "tolerations" $pools.head.tolerations
   "affinity" $rc.head.affinity
@@ -87,6 +88,7 @@ be raised the container exits with a message instead of starting a raylet that d
   "annotations" $rc.workers.annotations
   "serviceAccountName" (include "miles.serviceAccountName" .)
   "automountToken" $v.serviceAccount.automountToken
+  "podSecurityContext" $v.gpuPodSecurityContext
   "nodeSelector" $pools.worker.nodeSelector
   "tolerations" $pools.worker.tolerations
   "affinity" $affinity

@@ -44,9 +44,10 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 {{- $v := $ctx.Values -}}
 {{- $s := .step -}}
 {{- $cmd := list "miles-hooks" $s.step "--spec" "/etc/miles/run.json" "--log-format" $v.hooks.logFormat -}}
+{{- /* only steps that call the Kubernetes API get a token */ -}}
 {{- $pod := dict
   "serviceAccountName" (include "miles.hooksServiceAccountName" $ctx)
-  "automountToken" true
+  "automountToken" (has $s.key (list "preflight" "waitReady" "submit" "test"))
   "restartPolicy" "Never"
   "runSpec" $s.runSpec
   "tmp" true
@@ -77,6 +78,7 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 {{- $_ := set $pod "volumes" (list (dict "name" "miles-hooks" "emptyDir" (dict "sizeLimit" "256Mi"))) -}}
 {{- $_ := set $pod "storage" true -}}
 {{- $_ := set $pod "shmSize" $v.hooks.convert.shmSize -}}
+{{- $_ := set $pod "podSecurityContext" $v.gpuPodSecurityContext -}}
 {{- $_ := set $pod "nodeSelector" $pools.worker.nodeSelector -}}
 {{- $_ := set $pod "tolerations" $pools.worker.tolerations -}}
 {{- $_ := set $pod "scheduling" true -}}
