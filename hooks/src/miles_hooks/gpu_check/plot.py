@@ -52,14 +52,19 @@ def write_plot(
             if series:
                 sizes.update(b for b, _ in series)
                 ax.plot([b for b, _ in series], [v for _, v in series], marker="x", linestyle=":", label=name)
+        check_bytes = int(report.get("check_bytes") or 0)
+        xmax = max((p["bytes"] for sw in report.get(kind, []) for p in sw.get("points", [])), default=0)
         for tkey, style in ((key, "red"), (f"xnode_{key}", "orange")):
-            if th.get(tkey) is not None and report.get(kind):
-                ax.axhline(
+            if th.get(tkey) is not None and report.get(kind) and xmax:
+                ax.hlines(
                     th[tkey],
-                    color=style,
-                    linestyle=":",
-                    linewidth=1,
-                    label=f"{'x-node ' if tkey.startswith('x') else ''}pass mark {th[tkey]:.0f}",
+                    min(check_bytes, xmax) or xmax,
+                    xmax,
+                    colors=style,
+                    linestyles=":",
+                    linewidth=1.5,
+                    label=f"{'x-node ' if tkey.startswith('x') else ''}pass mark {th[tkey]:.0f} "
+                    f"(sizes >= {fmt_bytes(min(check_bytes, xmax) or xmax)})",
                 )
         ax.set_xscale("log", base=2)
         ax.set_title(title)
