@@ -18,6 +18,7 @@ import contextlib
 import logging
 import math
 import multiprocessing as mp
+import pickle
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -33,7 +34,11 @@ from miles_reward.worker import worker_main
 
 log = logging.getLogger("miles_reward.pool")
 
-MAX_CHUNK = 16  # samples sent to one worker at once (amortises pipe round trips)
+# One sample per worker at a time: a sample queued behind a check that hangs would wait for the
+# whole timeout (measured: batching 16 per send stalled 7 requests for 2 s behind one hang).
+MAX_CHUNK = 1
+# Larger payloads are written from a thread: the worker reads them while the loop keeps serving.
+INLINE_SEND_BYTES = 64 * 1024
 START_FAILURES_BEFORE_BROKEN = 3
 UNREADY_AFTER_CONSECUTIVE_FAILURES = 5
 UNREADY_COOLDOWN_SECONDS = 30.0
@@ -49,7 +54,8 @@ class _Job:
 class _Worker:
     wid: int
     proc: BaseProcess
-    conn: Connection
+    conn: Connection  # results from the worker (registered with the event loop)
+    tx: Connection  # work to the worker (blocking; never registered with the loop)
     ready: bool = False
     dead: bool = False
     spawned_at: float = field(default_factory=time.monotonic)
@@ -155,7 +161,7 @@ class WorkerPool:
             self._resolve(self._queue.popleft(), Failed("shutting_down", "service is stopping"))
         for w in list(self._workers):
             with contextlib.suppress(OSError, ValueError):
-                w.conn.send(None)
+                w.tx.send(None)
         deadline = time.monotonic() + grace_seconds
         for w in list(self._workers):
             await asyncio.to_thread(w.proc.join, max(0.0, deadline - time.monotonic()))
@@ -211,18 +217,36 @@ class WorkerPool:
             chunk = [self._queue.popleft() for _ in range(min(size, len(self._queue)))]
             w.assigned.extend(chunk)
             w.head_started = now
-            try:
-                w.conn.send([job.sample for job in chunk])
-            except (OSError, ValueError):
-                self._worker_lost(w, "worker_died", "worker pipe closed while sending work")
+            payload = _dumps([job.sample for job in chunk])
+            if len(payload) <= INLINE_SEND_BYTES:
+                self._send(w, payload)
+            else:
+                assert self._loop is not None
+                self._loop.create_task(self._send_in_thread(w, payload))
+
+    def _send(self, w: _Worker, payload: bytes) -> None:
+        try:
+            w.tx.send_bytes(payload)
+        except (OSError, ValueError) as exc:
+            self._worker_lost(w, "worker_died", f"could not send work to the worker: {exc!r}")
+
+    async def _send_in_thread(self, w: _Worker, payload: bytes) -> None:
+        try:
+            await asyncio.to_thread(w.tx.send_bytes, payload)
+        except (OSError, ValueError) as exc:
+            if not w.dead:
+                self._worker_lost(w, "worker_died", f"could not send work to the worker: {exc!r}")
 
     async def _spawn(self) -> None:
-        parent_conn, child_conn = mp.Pipe(duplex=True)
+        # Two one-way pipes: the event loop makes the fd it watches non-blocking, and a large
+        # write must not fail half-way on a non-blocking fd.
+        work_rx, work_tx = mp.Pipe(duplex=False)
+        result_rx, result_tx = mp.Pipe(duplex=False)
         wid = self._next_id
         self._next_id += 1
         proc = self._ctx.Process(
             target=worker_main,
-            args=(child_conn, self.settings.backend, self.settings.model_path),
+            args=(work_rx, result_tx, self.settings.backend, self.settings.model_path),
             name=f"reward-worker-{wid}",
             daemon=True,
         )
@@ -232,11 +256,12 @@ class WorkerPool:
             await asyncio.to_thread(proc.start)
         finally:
             self._spawning -= 1
-        child_conn.close()
-        worker = _Worker(wid=wid, proc=proc, conn=parent_conn)
+        work_rx.close()
+        result_tx.close()
+        worker = _Worker(wid=wid, proc=proc, conn=result_rx, tx=work_tx)
         self._workers.append(worker)
         assert self._loop is not None
-        self._loop.add_reader(parent_conn.fileno(), self._on_readable, worker)
+        self._loop.add_reader(result_rx.fileno(), self._on_readable, worker)
         log.debug("started worker %d (pid %s)", wid, proc.pid)
 
     def _on_readable(self, w: _Worker) -> None:
@@ -298,6 +323,8 @@ class WorkerPool:
                 self._loop.remove_reader(w.conn.fileno())
         with contextlib.suppress(OSError):
             w.conn.close()
+        with contextlib.suppress(OSError):
+            w.tx.close()
         if w.proc.is_alive():
             w.proc.kill()
         w.proc.join(1.0)
@@ -331,3 +358,7 @@ class WorkerPool:
                     )
                 elif not w.ready and now - w.spawned_at > self.settings.startup_timeout_seconds:
                     self._worker_lost(w, "worker_died", "worker did not become ready in time")
+
+
+def _dumps(obj: object) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)

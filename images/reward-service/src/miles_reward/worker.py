@@ -1,9 +1,9 @@
 """The body of one scoring worker process.
 
-Protocol over a duplex pipe: the worker sends ``("ready", pid)`` once its backend is loaded (or
-``("load_failed", detail)`` and exits); then it receives lists of samples and answers each sample
-with one ``Outcome``, in order, as soon as it is scored, so the parent always knows which sample is
-being worked on. ``None`` asks it to exit.
+Protocol over two one-way pipes (work in, results out): the worker sends ``("ready", pid)`` once
+its backend is loaded (or ``("load_failed", detail)`` and exits); then it receives lists of samples
+and answers each sample with one ``Outcome``, in order, as soon as it is scored, so the parent
+always knows which sample is being worked on. ``None`` asks it to exit.
 """
 
 from __future__ import annotations
@@ -43,23 +43,25 @@ def score_safely(scorer: Scorer, sample: Sample) -> Outcome:
         return Failed("internal_error", f"{type(exc).__name__}: {exc}"[:500])
 
 
-def worker_main(conn: Connection, backend: Backend, model_path: Path | None) -> None:
+def worker_main(
+    work: Connection, results: Connection, backend: Backend, model_path: Path | None
+) -> None:
     # The parent coordinates shutdown; a terminal's Ctrl-C must not kill workers mid-sample.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         scorer = load_scorer(backend, model_path)
     except BaseException as exc:
-        conn.send(("load_failed", f"{type(exc).__name__}: {exc}"[:2000]))
-        conn.close()
+        results.send(("load_failed", f"{type(exc).__name__}: {exc}"[:2000]))
+        results.close()
         return
-    conn.send(("ready", os.getpid()))
+    results.send(("ready", os.getpid()))
     while True:
         try:
-            batch: list[Sample] | None = conn.recv()
+            batch: list[Sample] | None = work.recv()
         except (EOFError, OSError):  # parent went away
             return
         if batch is None:
             return
         for sample in batch:
-            conn.send(score_safely(scorer, sample))
+            results.send(score_safely(scorer, sample))

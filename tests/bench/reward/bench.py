@@ -1,0 +1,584 @@
+"""Load test of the reward service, loopback only, bounded in count and time (about 3 minutes).
+
+One run measures, on this machine:
+  1. the in-process loop: W worker processes scoring the corpus directly (no HTTP) - the baseline;
+  2. POST /score/batch (64 samples per request), closed loop: throughput vs the loop (goal >= 50%);
+  3. POST /score peak throughput (closed loop), then p99 latency at 80% of peak (open loop,
+     goal <= 50 ms);
+  4. overload at 2x peak (open loop): every request must be a correct score or a 503 - none lost,
+     none a wrong number - /health must keep answering, and the service must recover;
+  5. pathological inputs under background load: a check that never ends and a huge response must
+     each cost one 503 within the timeout without stalling the other requests.
+
+The load generator is vegeta (open-loop, constant-rate HTTP load generator written in Go), built
+from the pinned module in tools/ on first use. Each request URL carries ?i=<corpus index> (ignored
+by the service) so every response is checked against the in-process loop's score for that sample.
+
+    python tests/bench/reward/bench.py [--corpus FILE] [--workers 2] [--tag NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import math
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+RESULTS = ROOT / "tests" / "bench" / "results"
+HOST = "127.0.0.1"
+BATCH = 64
+HANGING = "Combining the steps, the answer is $\\boxed{9^{9^{9^{9}}}}$."
+
+
+# ----------------------------------------------------------------------------- helpers
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def vegeta_binary() -> Path:
+    found = shutil.which("vegeta")
+    if found:
+        return Path(found)
+    out = HERE / ".bin" / "vegeta"
+    if out.exists():
+        return out
+    print("building vegeta from tests/bench/reward/tools (pinned go.mod/go.sum)...", flush=True)
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(out),
+         "github.com/tsenart/vegeta/v12"],
+        cwd=HERE / "tools", env=env, check=True,
+    )
+    return out
+
+
+def http_call(port: int, method: str, path: str, body: bytes | None = None,
+              timeout: float = 30.0) -> tuple[int, bytes, float]:
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body,
+                     headers={"content-type": "application/json"} if body else {})
+        resp = conn.getresponse()
+        return resp.status, resp.read(), time.perf_counter() - t0
+    finally:
+        conn.close()
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[k]
+
+
+# ------------------------------------------------------------------- in-process loop
+_corpus: list[tuple[str, str, str | None]] = []
+
+
+def _init_loop_worker(rows: list[tuple[str, str, str | None]]) -> None:
+    global _corpus
+    _corpus = rows
+    from miles_reward import math_backend
+    from miles_reward.outcome import Sample
+
+    for p, r, lab in rows:  # warm: parsers, regexes and the label cache, as a running service is
+        math_backend.score(Sample(p, r, lab))
+
+
+def _loop_slice(args: tuple[int, int]) -> list[tuple[int, float | str, float]]:
+    from miles_reward import math_backend
+    from miles_reward.outcome import Sample, Scored
+
+    start, stop = args
+    out: list[tuple[int, float | str, float]] = []
+    n = len(_corpus)
+    clock = time.perf_counter
+    for i in range(start, stop):
+        p, r, lab = _corpus[i % n]
+        t0 = clock()
+        o = math_backend.score(Sample(p, r, lab))
+        out.append((i % n, o.score if isinstance(o, Scored) else o.kind, clock() - t0))
+    return out
+
+
+def in_process_loop(rows: list[tuple[str, str, str | None]], workers: int,
+                    seconds: float) -> dict[str, Any]:
+    ctx = mp.get_context("forkserver")
+    with ctx.Pool(workers, initializer=_init_loop_worker, initargs=(rows,)) as pool:
+        # Size the run to about `seconds`: time one pass first.
+        t0 = time.perf_counter()
+        first = pool.map(_loop_slice, _split(len(rows), workers, 0))
+        one_pass = time.perf_counter() - t0
+        passes = max(1, round(seconds / max(one_pass, 1e-3)))
+        total = passes * len(rows)
+        t0 = time.perf_counter()
+        pool.map(_loop_slice, _split(total, workers, 0))
+        elapsed = time.perf_counter() - t0
+    expected: dict[int, float | str] = {}
+    per_check_ms: list[float] = []
+    for part in first:
+        for idx, value, took in part:
+            expected[idx] = value
+            per_check_ms.append(took * 1e3)
+    return {
+        "workers": workers, "samples": total, "seconds": elapsed,
+        "samples_per_s": total / elapsed, "expected": expected,
+        # one check's own cost, no HTTP: a floor under any request latency percentile
+        "check_ms": {q: round(pct(per_check_ms, float(q[1:])), 2) for q in ("p50", "p90", "p99")}
+        | {"max": round(max(per_check_ms), 2),
+           "mean": round(sum(per_check_ms) / len(per_check_ms), 2)},
+    }
+
+
+def _split(total: int, workers: int, base: int) -> list[tuple[int, int]]:
+    step = math.ceil(total / workers)
+    return [(base + k * step, base + min(total, (k + 1) * step)) for k in range(workers)]
+
+
+# ------------------------------------------------------------------------- vegeta
+@dataclass
+class Attack:
+    name: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def codes(self) -> Counter[int]:
+        return Counter(int(r["code"]) for r in self.results)
+
+    def latencies_ms(self, code: int | None = 200) -> list[float]:
+        return [r["latency"] / 1e6 for r in self.results if code is None or r["code"] == code]
+
+    def span_s(self) -> float:
+        if not self.results:
+            return 0.0
+        starts = [_ts(r["timestamp"]) for r in self.results]
+        ends = [s + r["latency"] / 1e9 for s, r in zip(starts, self.results, strict=True)]
+        return max(ends) - min(starts)
+
+    def ok_per_s(self) -> float:
+        span = self.span_s()
+        return self.codes.get(200, 0) / span if span else 0.0
+
+
+def _ts(stamp: str) -> float:
+    # vegeta writes RFC 3339 with nanoseconds; datetime takes microseconds.
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    base = datetime.fromisoformat(head).replace(tzinfo=UTC).timestamp()
+    return base + (float("0." + frac) if frac else 0.0)
+
+
+class Vegeta:
+    def __init__(self, binary: Path, workdir: Path) -> None:
+        self.bin = binary
+        self.dir = workdir
+
+    def targets(self, name: str, items: list[tuple[str, bytes]]) -> Path:
+        path = self.dir / f"{name}.targets"
+        with path.open("w") as f:
+            for url, body in items:
+                f.write(json.dumps({
+                    "method": "POST", "url": url, "body": base64.b64encode(body).decode(),
+                    "header": {"Content-Type": ["application/json"]},
+                }) + "\n")
+        return path
+
+    def attack(self, name: str, targets: Path, *, rate: float, duration: float,
+               max_workers: int, timeout_s: float = 60.0) -> Attack:
+        out = self.dir / f"{name}.bin"
+        rate_arg = "0" if rate <= 0 else f"{max(1, round(rate))}/1s"
+        cmd = [
+            str(self.bin), "attack", "-format=json", f"-targets={targets}", f"-rate={rate_arg}",
+            f"-duration={duration}s", f"-max-workers={max_workers}", f"-timeout={timeout_s}s",
+            "-keepalive=true", f"-output={out}", f"-name={name}",
+        ]
+        if rate <= 0:
+            cmd.append(f"-workers={max_workers}")
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        wall = time.perf_counter() - t0
+        enc = subprocess.run([str(self.bin), "encode", "--to=json", str(out)],
+                             capture_output=True, text=True, check=True).stdout
+        return Attack(name, [json.loads(line) for line in enc.splitlines() if line], wall)
+
+
+# ---------------------------------------------------------------------------- service
+class Service:
+    def __init__(self, workers: int, timeout: float, max_inflight: int, log: Path) -> None:
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REWARD_")}
+        env.update({
+            "REWARD_BACKEND": "math_verify", "REWARD_WORKERS": str(workers),
+            "REWARD_TIMEOUT_SECONDS": str(timeout), "REWARD_MAX_INFLIGHT": str(max_inflight),
+            "REWARD_PORT": str(self.port), "REWARD_LOG_LEVEL": "warning",
+        })
+        self.config = {k: env[k] for k in env if k.startswith("REWARD_")}
+        self.log = log
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "miles_reward", "--host", HOST],
+            env=env, stdout=self._log_file, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"service exited: {log.read_text()}")
+            try:
+                if http_call(self.port, "GET", "/ready", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("service not ready in 120 s")
+
+    def url(self, path: str) -> str:
+        return f"http://{HOST}:{self.port}{path}"
+
+    def metric(self, name: str, label: str = "") -> float:
+        text = http_call(self.port, "GET", "/metrics")[1].decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith(name) and label in line and not line.startswith("#")
+        )
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        try:
+            return self.proc.wait(60)
+        finally:
+            self._log_file.close()
+
+
+class Prober(threading.Thread):
+    """Polls a GET endpoint every `every` seconds while a phase runs."""
+
+    def __init__(self, port: int, path: str, every: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.port, self.path, self.every = port, path, every
+        self.seen: list[tuple[int, float]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                status, _, took = http_call(self.port, "GET", self.path, timeout=5)
+            except OSError:
+                status, took = 0, 5.0
+            self.seen.append((status, took))
+            self._halt.wait(self.every)
+
+    def stop(self) -> dict[str, Any]:
+        self._halt.set()
+        self.join()
+        codes = Counter(s for s, _ in self.seen)
+        return {"probes": len(self.seen), "codes": dict(codes),
+                "max_ms": round(max((t for _, t in self.seen), default=0) * 1e3, 1)}
+
+
+# ----------------------------------------------------------------------------- checks
+def check_singles(attack: Attack, expected: dict[int, float | str]) -> dict[str, Any]:
+    """Every answer is the right score, or a 503 with a JSON reason; anything else is a violation."""
+    wrong, lost, other, reasons = 0, 0, Counter[int](), Counter[str]()
+    examples: list[str] = []
+    for r in attack.results:
+        code = int(r["code"])
+        body = base64.b64decode(r.get("body") or b"")
+        idx = int(r["url"].rsplit("i=", 1)[1])
+        if code == 200:
+            want = expected[idx]
+            if json.loads(body) != want:
+                wrong += 1
+                examples.append(f"i={idx} got {body[:40]!r} want {want}")
+        elif code == 503:
+            reasons[json.loads(body).get("error", "?")] += 1
+        elif code == 0:
+            lost += 1
+            examples.append(f"i={idx} error {r.get('error')}")
+        else:
+            other[code] += 1
+            examples.append(f"i={idx} status {code} {body[:80]!r}")
+    return {"wrong_scores": wrong, "lost": lost, "other_status": dict(other),
+            "503_reasons": dict(reasons), "violations": examples[:5]}
+
+
+def summarize(attack: Attack, offered_rate: float | None = None) -> dict[str, Any]:
+    lat = attack.latencies_ms(200)
+    out: dict[str, Any] = {
+        "requests": len(attack.results), "codes": dict(attack.codes),
+        "ok_per_s": round(attack.ok_per_s(), 1),
+        "latency_ms_200": {"p50": round(pct(lat, 50), 2), "p90": round(pct(lat, 90), 2),
+                           "p99": round(pct(lat, 99), 2), "max": round(max(lat, default=0), 2)},
+    }
+    if offered_rate is not None:
+        out["offered_rate_per_s"] = round(offered_rate, 1)
+        out["sent_per_s"] = round(len(attack.results) / max(attack.span_s(), 1e-9), 1)
+    return out
+
+
+# ------------------------------------------------------------------------------- main
+def main() -> int:  # noqa: PLR0915 - one linear script
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=HERE / "corpus.jsonl")
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--timeout", type=float, default=2.0, help="REWARD_TIMEOUT_SECONDS")
+    parser.add_argument("--max-inflight", type=int, default=512, help="REWARD_MAX_INFLIGHT")
+    parser.add_argument("--phase-seconds", type=float, default=12.0)
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    rows = [json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
+    triples = [(r["prompt"], r["response"], r["label"]) for r in rows]
+    started = datetime.now(UTC)
+    report: dict[str, Any] = {
+        "started_utc": started.isoformat(timespec="seconds"),
+        "host": {"nproc": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),
+                 "python": platform.python_version(), "uptime_before": uptime(),
+                 "loadavg_before": loadavg()},
+        "corpus": {"file": str(args.corpus.resolve().relative_to(ROOT)), "samples": len(rows),
+                   "mean_response_chars": round(sum(len(r[1]) for r in triples) / len(rows))},
+    }
+    veg_bin = vegeta_binary()
+    ver = subprocess.run([str(veg_bin), "-version"], capture_output=True, text=True, check=False)
+    report["load_generator"] = "vegeta " + ver.stdout.split("Runtime:")[0].strip().replace("\n", " ")
+    secs = args.phase_seconds
+
+    print(f"[1/6] in-process loop, {args.workers} worker processes", flush=True)
+    loop = in_process_loop(triples, args.workers, secs)
+    expected: dict[int, float | str] = loop.pop("expected")
+    report["loop"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in loop.items()}
+    report["corpus"]["expected_scores"] = dict(Counter(str(v) for v in expected.values()))
+    loop_rate = loop["samples_per_s"]
+
+    work = Path(tempfile.mkdtemp(prefix="reward-bench-"))
+    svc = Service(args.workers, args.timeout, args.max_inflight, work / "service.log")
+    report["service_config"] = svc.config
+    veg = Vegeta(veg_bin, work)
+    try:
+        print("[2/6] /score/batch, 64 per request", flush=True)
+        batches = [
+            (svc.url(f"/score/batch?i={k}"), json.dumps([
+                {"prompt": p, "response": r, "label": lab}
+                for p, r, lab in triples[k * BATCH:(k + 1) * BATCH]
+            ]).encode())
+            for k in range(len(triples) // BATCH)
+        ]
+        batch_t = veg.targets("batch", batches)
+        veg.attack("batch-warm", batch_t, rate=0, duration=2, max_workers=2)
+        batch = veg.attack("batch", batch_t, rate=0, duration=secs, max_workers=2 * args.workers)
+        bad_batches = 0
+        for r in batch.results:
+            k = int(r["url"].rsplit("i=", 1)[1])
+            want = [expected[k * BATCH + j] for j in range(BATCH)]
+            if r["code"] != 200 or json.loads(base64.b64decode(r["body"])) != want:
+                bad_batches += 1
+        batch_rate = batch.ok_per_s() * BATCH
+        report["batch"] = {
+            **summarize(batch), "samples_per_s": round(batch_rate, 1),
+            "ratio_to_loop": round(batch_rate / loop_rate, 3), "goal_ratio": 0.5,
+            "batches_not_exactly_right": bad_batches,
+        }
+        print(f"      batch {batch_rate:.0f} samples/s vs loop {loop_rate:.0f}", flush=True)
+
+        singles = [
+            (svc.url(f"/score?i={i}"), json.dumps({"prompt": p, "response": r, "label": lab}).encode())
+            for i, (p, r, lab) in enumerate(triples)
+        ]
+        single_t = veg.targets("single", singles)
+        print("[3/6] /score peak (closed loop) and 80% of peak (open loop)", flush=True)
+        peaks = {}
+        for conc in (4 * args.workers, 16 * args.workers):
+            a = veg.attack(f"peak-c{conc}", single_t, rate=0, duration=secs, max_workers=conc)
+            peaks[conc] = (a.ok_per_s(), a)
+        best_conc = max(peaks, key=lambda c: peaks[c][0])
+        peak = peaks[best_conc][0]
+        report["single_peak"] = {
+            "per_concurrency": {str(c): summarize(a) for c, (_, a) in peaks.items()},
+            "peak_per_s": round(peak, 1), "ratio_to_loop": round(peak / loop_rate, 3),
+            "checks": check_singles(peaks[best_conc][1], expected),
+        }
+        at80 = veg.attack("at80", single_t, rate=0.8 * peak, duration=secs, max_workers=512)
+        report["single_at_80pct"] = {
+            **summarize(at80, 0.8 * peak), "goal_p99_ms": 50.0, "checks": check_singles(at80, expected),
+        }
+        print(f"      peak {peak:.0f}/s; p99 at 80% {report['single_at_80pct']['latency_ms_200']['p99']} ms",
+              flush=True)
+
+        print("[4/6] overload at 2x peak (open loop)", flush=True)
+        health = Prober(svc.port, "/health")
+        health.start()
+        over = veg.attack("overload", single_t, rate=2 * peak, duration=secs, max_workers=2048)
+        health_seen = health.stop()
+        t0 = time.monotonic()
+        while http_call(svc.port, "GET", "/ready")[0] != 200 and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        ready_after = time.monotonic() - t0
+        after = veg.attack("after-overload", single_t, rate=0.8 * peak, duration=min(secs, 6),
+                           max_workers=512)
+        report["overload_2x"] = {
+            **summarize(over, 2 * peak), "checks": check_singles(over, expected),
+            "health_during": health_seen, "ready_again_after_s": round(ready_after, 2),
+            "after_at_80pct": {**summarize(after, 0.8 * peak), "checks": check_singles(after, expected)},
+        }
+
+        print("[5/6] pathological inputs under background load (30% of peak)", flush=True)
+        restarts_before = svc.metric("reward_worker_restarts_total", 'reason="timeout"')
+        bg_box: dict[str, Attack] = {}
+        bg = threading.Thread(target=lambda: bg_box.setdefault("a", veg.attack(
+            "background", single_t, rate=0.3 * peak, duration=secs, max_workers=512)))
+        bg.start()
+        time.sleep(2)
+        hang_body = json.dumps({"prompt": "p", "response": HANGING, "label": "3"}).encode()
+        huge_resp = "Expanding, $x^2 + 2x + 1 = (x+1)^2$ and $\\frac{a}{b} + c$ so " * 60000
+        huge_body = json.dumps({"prompt": "p", "response": huge_resp, "label": "42"}).encode()
+        patho: dict[str, Any] = {}
+        for name, body in (("hanging_expression", hang_body), ("huge_response", huge_body)):
+            status, rb, took = http_call(svc.port, "POST", "/score", body, timeout=60)
+            patho[name] = {"status": status, "body": rb[:160].decode(errors="replace"),
+                           "seconds": round(took, 3), "request_bytes": len(body)}
+        bg.join()
+        background = bg_box["a"]
+        patho["timeout_seconds"] = args.timeout
+        patho["worker_restarts_for_timeout"] = (
+            svc.metric("reward_worker_restarts_total", 'reason="timeout"') - restarts_before)
+        patho["background"] = {**summarize(background, 0.3 * peak),
+                               "checks": check_singles(background, expected)}
+        report["pathological"] = patho
+    finally:
+        code = svc.stop()
+        report["service_exit_code"] = code
+
+    print("[6/6] writing results", flush=True)
+    report["host"]["uptime_after"] = uptime()
+    report["host"]["loadavg_after"] = loadavg()
+    report["goals"] = goals(report)
+    tag = args.tag or started.strftime("%Y%m%dT%H%M%SZ")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / f"reward-{tag}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out_dir / f"reward-{tag}.md").write_text(markdown(report))
+    print(markdown(report))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(g["met"] for g in report["goals"].values()) else 1
+
+
+def goals(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    over = r["overload_2x"]
+    oc = over["checks"]
+    patho = r["pathological"]
+    t = patho["timeout_seconds"]
+    hang, huge = patho["hanging_expression"], patho["huge_response"]
+    bgc = patho["background"]["checks"]
+    return {
+        "batch_ge_50pct_of_loop": {
+            "met": r["batch"]["ratio_to_loop"] >= 0.5 and r["batch"]["batches_not_exactly_right"] == 0,
+            "value": r["batch"]["ratio_to_loop"]},
+        "p99_le_50ms_at_80pct_peak": {
+            "met": r["single_at_80pct"]["latency_ms_200"]["p99"] <= 50
+            and set(r["single_at_80pct"]["codes"]) == {200},
+            "value": r["single_at_80pct"]["latency_ms_200"]["p99"]},
+        "overload_every_answer_a_score_or_503": {
+            "met": oc["wrong_scores"] == 0 and oc["lost"] == 0 and not oc["other_status"],
+            "value": {"codes": over["codes"], "wrong": oc["wrong_scores"], "lost": oc["lost"]}},
+        "overload_live_and_recovers": {
+            "met": set(over["health_during"]["codes"]) == {200}
+            and set(over["after_at_80pct"]["codes"]) == {200},
+            "value": {"health": over["health_during"]["codes"],
+                      "ready_after_s": over["ready_again_after_s"]}},
+        "pathological_one_503_within_timeout": {
+            "met": all(p["status"] == 503 and p["seconds"] <= t + 1.0 for p in (hang, huge)),
+            "value": {"hang": [hang["status"], hang["seconds"]],
+                      "huge": [huge["status"], huge["seconds"]]}},
+        "pathological_does_not_stall_others": {
+            "met": set(patho["background"]["codes"]) == {200} and bgc["wrong_scores"] == 0
+            and patho["background"]["latency_ms_200"]["max"] < t * 1000,
+            "value": patho["background"]["latency_ms_200"]},
+    }
+
+
+def markdown(r: dict[str, Any]) -> str:
+    b, s, a, o, p = (r["batch"], r["single_peak"], r["single_at_80pct"], r["overload_2x"],
+                     r["pathological"])
+    lines = [
+        f"# Reward service load test — {r['started_utc']}",
+        "",
+        f"- host: {r['host']['cpus_usable']} usable CPUs, Python {r['host']['python']}; "
+        f"load generator: {r['load_generator']}",
+        f"- `uptime` before: `{r['host']['uptime_before']}`",
+        f"- `uptime` after: `{r['host']['uptime_after']}`",
+        f"- corpus: {r['corpus']['samples']} samples, mean response {r['corpus']['mean_response_chars']}"
+        f" chars, expected scores {r['corpus']['expected_scores']}",
+        f"- service: {r['service_config']}",
+        "",
+        "| measure | figure | goal | met |",
+        "|---|---|---|---|",
+        f"| in-process loop ({r['loop']['workers']} processes) | {r['loop']['samples_per_s']:.0f} samples/s"
+        " | baseline | |",
+        f"| one check in-process (no HTTP) | p50 {r['loop']['check_ms']['p50']} ms, p99 "
+        f"{r['loop']['check_ms']['p99']} ms, max {r['loop']['check_ms']['max']} ms | "
+        "floor under request latency | |",
+        f"| /score/batch (64/request) | {b['samples_per_s']:.0f} samples/s = {b['ratio_to_loop']:.0%} of loop"
+        f" | ≥ 50% | {_yes(r, 'batch_ge_50pct_of_loop')} |",
+        f"| /score peak (closed loop) | {s['peak_per_s']:.0f} req/s = {s['ratio_to_loop']:.0%} of loop | | |",
+        f"| /score at 80% of peak ({a['offered_rate_per_s']:.0f}/s offered) | p50 "
+        f"{a['latency_ms_200']['p50']} ms, p99 {a['latency_ms_200']['p99']} ms, codes {a['codes']}"
+        f" | p99 ≤ 50 ms | {_yes(r, 'p99_le_50ms_at_80pct_peak')} |",
+        f"| overload at 2× peak ({o['offered_rate_per_s']:.0f}/s offered, {o['sent_per_s']:.0f}/s sent)"
+        f" | codes {o['codes']}, wrong scores {o['checks']['wrong_scores']}, lost {o['checks']['lost']}, "
+        f"503 reasons {o['checks']['503_reasons']} | every answer a score or a 503 | "
+        f"{_yes(r, 'overload_every_answer_a_score_or_503')} |",
+        f"| liveness during overload / recovery | /health {o['health_during']['codes']} "
+        f"(max {o['health_during']['max_ms']} ms); ready again after {o['ready_again_after_s']} s; "
+        f"then 80% load: codes {o['after_at_80pct']['codes']}, p99 "
+        f"{o['after_at_80pct']['latency_ms_200']['p99']} ms | live, recovers | "
+        f"{_yes(r, 'overload_live_and_recovers')} |",
+        f"| hanging expression | {p['hanging_expression']['status']} after "
+        f"{p['hanging_expression']['seconds']} s | one 503 within {p['timeout_seconds']} s | "
+        f"{_yes(r, 'pathological_one_503_within_timeout')} |",
+        f"| huge response ({p['huge_response']['request_bytes'] / 1e6:.1f} MB) | "
+        f"{p['huge_response']['status']} after {p['huge_response']['seconds']} s | one 503 within "
+        f"{p['timeout_seconds']} s | |",
+        f"| background load meanwhile (30% of peak) | codes {p['background']['codes']}, p99 "
+        f"{p['background']['latency_ms_200']['p99']} ms, max {p['background']['latency_ms_200']['max']}"
+        f" ms | not stalled | {_yes(r, 'pathological_does_not_stall_others')} |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _yes(r: dict[str, Any], key: str) -> str:
+    return "yes" if r["goals"][key]["met"] else "**no**"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
