@@ -618,3 +618,61 @@ def test_tail_of_a_log(tmp_path: Path) -> None:
     log.write_text("a\nb\nRuntimeError: NCCL error\n")
     assert runner._tail(log, 2) == "b | RuntimeError: NCCL error"
     assert runner._tail(tmp_path / "missing") == ""
+
+
+# ---------------------------------------------------------------- launcher, with a stand-in torch
+FAKE_TORCH = """
+import os, time
+
+class cuda:
+    @staticmethod
+    def device_count():
+        return 1
+
+    @staticmethod
+    def set_device(index):
+        if os.environ.get("FAKE_TORCH_MODE") == "hang":
+            time.sleep(600)
+        raise RuntimeError("fake torch: no CUDA here")
+
+
+def device(*args):
+    return args
+"""
+
+
+@pytest.fixture
+def fake_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``torch`` that reports one GPU and fails (or hangs) in each rank process."""
+    root = tmp_path / "fake"
+    (root / "torch").mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (root / "torch" / "distributed.py").write_text("")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def test_rank_process_failure_is_reported(fake_torch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = fake_torch / "out"
+    code = gpu_check.main(["--spec", "", "--out-dir", str(out), "--no-plot", "--timeout", "60"])
+    assert code == 1
+    report = json.loads((out / "gpu-check.json").read_text())
+    msg = report["failures"][-1]["message"]
+    assert "local rank 0 exited with code 1" in msg
+    assert "fake torch: no CUDA here" in msg
+    assert "local rank 0 log" in capsys.readouterr().err
+
+
+def test_hung_rank_times_out_with_exit_3(fake_torch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_TORCH_MODE", "hang")
+    out = fake_torch / "out"
+    code = gpu_check.main(["--spec", "", "--out-dir", str(out), "--no-plot", "--timeout", "3"])
+    assert code == 3
+    report = json.loads((out / "gpu-check.json").read_text())
+    assert "did not finish within 3 s" in report["failures"][-1]["message"]
