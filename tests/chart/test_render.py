@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 
 import jsonschema
@@ -373,3 +374,9 @@ def test_helm_template_time(helm, record_property):
     record_property("helm_template_seconds", round(per_render, 3))
     print(f"{helm} template: {per_render:.3f}s per render")
     assert per_render < 5.0
+
+
+def test_values_schema_is_current():
+    """values.schema.json is generated from values.yaml + the constraints in values_schema_gen.py."""
+    res = run([sys.executable, str(REPO / "tests" / "chart" / "values_schema_gen.py"), "--check"], check=False)
+    assert res.returncode == 0, res.stderr

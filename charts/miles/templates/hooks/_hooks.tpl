@@ -44,6 +44,7 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 {{- $v := $ctx.Values -}}
 {{- $s := .step -}}
 {{- $cmd := list "miles-hooks" $s.step "--spec" "/etc/miles/run.json" "--log-format" $v.hooks.logFormat -}}
+{{- if eq $s.key "test" -}}{{- $cmd = append $cmd "--kube" -}}{{- end -}}
 {{- /* only steps that call the Kubernetes API get a token */ -}}
 {{- $pod := dict
   "serviceAccountName" (include "miles.hooksServiceAccountName" $ctx)
@@ -67,7 +68,7 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
   "name" "convert"
   "image" (include "miles.image" $ctx)
   "imagePullPolicy" $v.image.pullPolicy
-  "command" (list "python3" "-m" "miles_hooks" "convert" "--spec" "/etc/miles/run.json" "--log-format" $v.hooks.logFormat)
+  "command" (list "python3" "-m" "miles_hooks" "convert" "--spec" "/etc/miles/run.json" "--log-format" $v.hooks.logFormat "--timeout" (toString (sub (int $v.hooks.convert.activeDeadlineSeconds) 120)))
   "env" (concat (include "miles.hookEnv" (dict "context" $ctx "hf" false) | fromJsonArray) (list (dict "name" "PYTHONPATH" "value" "/miles-hooks")))
   "resources" (include "miles.gpuResources" (dict "context" $ctx "base" $v.hooks.convert.resources "gpus" (int $v.hooks.convert.nprocPerNode) "efa" false) | fromJson)
   "securityContext" $v.gpuSecurityContext

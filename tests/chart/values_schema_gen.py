@@ -1,0 +1,418 @@
+"""Build charts/miles/values.schema.json from values.yaml plus the constraints below.
+
+    python3 tests/chart/values_schema_gen.py          # rewrite the schema
+    python3 tests/chart/values_schema_gen.py --check  # exit 1 when the committed schema is stale
+
+Types come from the defaults in values.yaml; enums, patterns, minimums and references to the shared
+definitions come from OVERRIDES and the key-name rules in node(). Every chart-defined object gets
+additionalProperties: false; Kubernetes pass-through objects (affinity, securityContext, volumes,
+valueFrom) are typed as objects and left to the API server and kubeconform.
+"""
+
+import json
+import pathlib
+import sys
+
+import yaml
+
+CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "miles"
+vals = yaml.safe_load((CHART / "values.yaml").read_text())
+Q = {
+    "type": ["string", "integer"],
+    "pattern": r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$",
+}
+defs = {
+    "quantity": {"description": "Kubernetes quantity", **Q},
+    "resourceMap": {
+        "type": "object",
+        "additionalProperties": {"$ref": "#/definitions/quantity"},
+    },
+    "resources": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "requests": {"$ref": "#/definitions/resourceMap"},
+            "limits": {"$ref": "#/definitions/resourceMap"},
+        },
+    },
+    "stringMap": {"type": "object", "additionalProperties": {"type": "string"}},
+    "toleration": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "key": {"type": "string"},
+            "operator": {"enum": ["Exists", "Equal"]},
+            "value": {"type": "string"},
+            "effect": {"enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]},
+            "tolerationSeconds": {"type": "integer", "minimum": 0},
+        },
+    },
+    "tolerations": {"type": "array", "items": {"$ref": "#/definitions/toleration"}},
+    "envVar": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name"],
+        "properties": {
+            "name": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_.-]*$"},
+            "value": {"type": "string"},
+            "valueFrom": {
+                "type": "object",
+                "description": "Kubernetes EnvVarSource (checked by the API server)",
+            },
+        },
+    },
+    "env": {"type": "array", "items": {"$ref": "#/definitions/envVar"}},
+    "k8sObject": {
+        "type": "object",
+        "description": "a Kubernetes object passed through as is (checked by the API server and kubeconform)",
+    },
+    "k8sList": {"type": "array", "items": {"type": "object"}},
+    "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    "hookAnnotations": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "required": ["helm.sh/hook"],
+        "description": "annotations of a hook object; must name its helm.sh/hook events (or Argo CD equivalents plus an empty helm.sh/hook)",
+    },
+    "image": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["repository"],
+        "properties": {
+            "repository": {
+                "type": "string",
+                "minLength": 1,
+                "pattern": "^[a-z0-9]([-a-z0-9._/:]*[a-z0-9])?$",
+            },
+            "tag": {
+                "type": "string",
+                "pattern": "^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$",
+            },
+            "digest": {"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"},
+            "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+        },
+    },
+    "absOrRelPath": {"type": "string", "pattern": "^[^\\s]*$"},
+    "podSecurityContext": {"$ref": "#/definitions/k8sObject"},
+}
+OVERRIDES = {
+    "nameOverride": {
+        "type": "string",
+        "pattern": "^([a-z]([-a-z0-9]*[a-z0-9])?)?$",
+        "maxLength": 53,
+    },
+    "fullnameOverride": {
+        "type": "string",
+        "pattern": "^([a-z]([-a-z0-9]*[a-z0-9])?)?$",
+        "maxLength": 53,
+    },
+    "mode": {"enum": ["rayCluster", "singleNode"]},
+    "cluster.preset": {"enum": ["eks", "hyperpod", "generic"]},
+    "image": {"$ref": "#/definitions/image"},
+    "hooks.image": {"$ref": "#/definitions/image"},
+    "reward.image": {"$ref": "#/definitions/image"},
+    "imagePullSecrets": {"type": "array", "items": {"type": "string", "minLength": 1}},
+    "model.repoId": {
+        "type": "string",
+        "pattern": "^[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+$",
+    },
+    "model.revision": {"type": "string", "minLength": 1},
+    "model.profile": {
+        "type": "string",
+        "minLength": 1,
+        "pattern": "^[A-Za-z0-9][-A-Za-z0-9_.]*$",
+    },
+    "model.trainBackend": {"enum": ["megatron", "fsdp"]},
+    "model.parameterCount": {"type": "integer", "minimum": 0},
+    "data.evalData": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "path"],
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
+                "path": {"type": "string", "minLength": 1},
+            },
+        },
+    },
+    "data.datasets": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["repoId", "revision", "files", "path"],
+            "properties": {
+                "repoId": {
+                    "type": "string",
+                    "pattern": "^[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+$",
+                },
+                "revision": {"type": "string", "minLength": 1},
+                "files": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "string", "minLength": 1},
+                },
+                "path": {"type": "string", "minLength": 1},
+            },
+        },
+    },
+    "data.inputKey": {"type": "string", "minLength": 1},
+    "data.labelKey": {"type": "string", "minLength": 1},
+    "recipe.entrypoint": {"enum": ["train.py", "train_async.py"]},
+    "recipe.rolloutTemperature": {"type": "number", "minimum": 0},
+    "recipe.lr": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?([eE]-?[0-9]+)?$"},
+    "recipe.advantageEstimator": {
+        "type": "string",
+        "enum": [
+            "grpo",
+            "gspo",
+            "reinforce_plus_plus",
+            "reinforce_plus_plus_baseline",
+            "ppo",
+        ],
+    },
+    "recipe.maxTokensPerGpu": {"type": "integer", "minimum": 0},
+    "recipe.evalInterval": {"type": "integer", "minimum": 0},
+    "recipe.sglangMemFractionStatic": {"type": "string", "pattern": "^0?\\.[0-9]+$"},
+    "recipe.sglangLogLevel": {
+        "enum": ["debug", "info", "warning", "error", "critical"]
+    },
+    "recipe.reward.type": {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$"},
+    "recipe.reward.url": {"type": "string", "pattern": "^(https?://.+)?$"},
+    "recipe.tracking.wandb.project": {"type": "string"},
+    "recipe.extraArgs": {"type": "array", "items": {"type": ["string", "number"]}},
+    "recipe.extraEnv": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+    },
+    "output.dir": {"type": "string", "pattern": "^[^\\s]*$"},
+    "storage.mountPath": {"type": "string", "pattern": "^/[^\\s]*$"},
+    "storage.type": {"enum": ["existingClaim", "fsxStatic", "fsxDynamic"]},
+    "storage.existingClaim": {
+        "type": "string",
+        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+    },
+    "storage.fsxStatic.fileSystemId": {
+        "type": "string",
+        "pattern": "^(fs-[0-9a-f]{8,17})?$",
+    },
+    "storage.fsxStatic.capacity": {"$ref": "#/definitions/quantity"},
+    "storage.fsxStatic.mountOptions": {"type": "array", "items": {"type": "string"}},
+    "storage.fsxDynamic.subnetId": {
+        "type": "string",
+        "pattern": "^(subnet-[0-9a-f]{8,17})?$",
+    },
+    "storage.fsxDynamic.securityGroupIds": {
+        "type": "array",
+        "items": {"type": "string", "pattern": "^sg-[0-9a-f]{8,17}$"},
+    },
+    "storage.fsxDynamic.deploymentType": {
+        "enum": ["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"]
+    },
+    "storage.fsxDynamic.perUnitStorageThroughput": {
+        "enum": [50, 100, 125, 200, 250, 500, 1000]
+    },
+    "storage.fsxDynamic.capacity": {"$ref": "#/definitions/quantity"},
+    "storage.fsxDynamic.reclaimPolicy": {"enum": ["Retain", "Delete"]},
+    "secrets.huggingface.existingSecret": {
+        "type": "string",
+        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+    },
+    "secrets.wandb.existingSecret": {
+        "type": "string",
+        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+    },
+    "secrets.huggingface.key": {"type": "string", "pattern": "^[-._a-zA-Z0-9]+$"},
+    "secrets.wandb.key": {"type": "string", "pattern": "^[-._a-zA-Z0-9]+$"},
+    "secrets.extra": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "key", "env"],
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                },
+                "key": {"type": "string", "pattern": "^[-._a-zA-Z0-9]+$"},
+                "env": {"type": "string", "pattern": "^[A-Z_][A-Z0-9_]*$"},
+                "required": {"type": "boolean"},
+            },
+        },
+    },
+    "rayCluster.name": {"type": "string"},
+    "rayCluster.rayVersion": {
+        "type": "string",
+        "pattern": "^[0-9]+\\.[0-9]+\\.[0-9]+$",
+    },
+    "rayCluster.upgradeStrategy.type": {"enum": ["Recreate", "None"]},
+    "rayCluster.upgradeStrategy.method": {"enum": ["nameHash", "crd"]},
+    "rayCluster.annotations": {"$ref": "#/definitions/annotations"},
+    "rayCluster.head.gpus": {"type": "integer", "minimum": 0},
+    "rayCluster.workers.groupName": {
+        "type": "string",
+        "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        "maxLength": 40,
+    },
+    "rayCluster.workers.efa.count": {"type": "integer", "minimum": 0},
+    "rayCluster.workers.openFilesLimit": {"type": "integer", "minimum": 1024},
+    "rayCluster.workers.nccl.nvlsEnable": {"enum": ["0", "1"]},
+    "rayCluster.workers.nccl.debug": {"enum": ["VERSION", "WARN", "INFO", "TRACE"]},
+    "rayCluster.workers.nccl.proto": {"type": "string", "pattern": "^[A-Za-z0-9,^]+$"},
+    "singleNode.launcher": {"type": "string", "pattern": "^[^\\s]+\\.py$"},
+    "singleNode.backoffLimit": {"type": "integer", "minimum": 0},
+    "scheduling.kueueQueue": {
+        "type": "string",
+        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+    },
+    "networkPolicy.extraFrom": {"$ref": "#/definitions/k8sList"},
+    "serviceAccount.name": {
+        "type": "string",
+        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+    },
+    "podSecurityContext": {"$ref": "#/definitions/k8sObject"},
+    "securityContext": {"$ref": "#/definitions/k8sObject"},
+    "gpuSecurityContext": {"$ref": "#/definitions/k8sObject"},
+    "gpuPodSecurityContext": {"$ref": "#/definitions/k8sObject"},
+    "hooks.podSecurityContext": {"$ref": "#/definitions/k8sObject"},
+    "hooks.securityContext": {"$ref": "#/definitions/k8sObject"},
+    "submit.onChange": {"enum": ["restart", "fail"]},
+    "submit.entrypointResources": {
+        "type": "object",
+        "additionalProperties": {"type": "number", "exclusiveMinimum": 0},
+    },
+    "checks.gpu.tolerance": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "checks.health.maxRepetitionFrac": {"type": "number", "minimum": 0, "maximum": 1},
+    "hooks.logFormat": {"enum": ["text", "json"]},
+    "hooks.backoffLimit": {"type": "integer", "minimum": 0},
+    "hooks.convert.command": {
+        "type": "array",
+        "minItems": 1,
+        "items": {"type": "string", "minLength": 1},
+    },
+    "hooks.convert.shmSize": {"$ref": "#/definitions/quantity"},
+    "hooks.convert.activeDeadlineSeconds": {"type": "integer", "minimum": 300},
+    "hooks.prepareData.hfEndpointEnv": {
+        "type": "string",
+        "pattern": "^([A-Z_][A-Z0-9_]*)?$",
+    },
+    "hooks.test.annotations": {"$ref": "#/definitions/hookAnnotations"},
+    "reward.backend": {"enum": ["math_verify", "reward_model"]},
+    "reward.replicas": {"type": "integer", "minimum": 0},
+    "reward.timeoutSeconds": {"type": "number", "exclusiveMinimum": 0},
+    "reward.modelPath": {"type": "string", "pattern": "^[^\\s]*$"},
+    "reward.logLevel": {"enum": ["debug", "info", "warning", "error"]},
+    "reward.pdb.minAvailable": {
+        "type": ["integer", "string"],
+        "minimum": 0,
+        "pattern": "^[0-9]+%?$",
+    },
+    "reward.podMonitor.interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+    "reward.terminationGracePeriodSeconds": {"type": "integer", "minimum": 0},
+    "cluster.hyperpod.healthTaintTolerationSeconds": {"type": "integer", "minimum": 0},
+    "checks.waitReadyTimeoutSeconds": {"type": "integer", "minimum": 1},
+}
+pos_ints = {
+    "topology.",
+    "recipe.numRollout",
+    "recipe.rolloutBatchSize",
+    "recipe.nSamplesPerPrompt",
+    "recipe.globalBatchSize",
+    "recipe.numStepsPerRollout",
+    "recipe.rolloutMaxResponseLen",
+    "recipe.saveInterval",
+    "hooks.convert.nprocPerNode",
+    "hooks.convert.lockStaleSeconds",
+    "reward.workers",
+    "reward.maxInflight",
+    "checks.health.",
+    "activeDeadlineSeconds",
+}
+
+
+def node(path, v):
+    if path in OVERRIDES:
+        return OVERRIDES[path]
+    last = path.split(".")[-1]
+    if last in ("resources",):
+        return {"$ref": "#/definitions/resources"}
+    if last in ("tolerations",):
+        return {"$ref": "#/definitions/tolerations"}
+    if last in ("nodeSelector", "labels", "podLabels"):
+        return {"$ref": "#/definitions/stringMap"}
+    if last in ("annotations", "podAnnotations") and path.startswith("hooks."):
+        return {"$ref": "#/definitions/hookAnnotations"}
+    if last in ("annotations", "podAnnotations", "runSpecAnnotations"):
+        return {
+            "$ref": "#/definitions/hookAnnotations"
+            if last == "runSpecAnnotations"
+            else "#/definitions/annotations"
+        }
+    if last in ("affinity",):
+        return {"$ref": "#/definitions/k8sObject"}
+    if last in ("extraEnv",):
+        return {"$ref": "#/definitions/env"}
+    if last in ("extraVolumes", "extraVolumeMounts"):
+        return {"$ref": "#/definitions/k8sList"}
+    if last in ("rayStartParams",):
+        return {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "values must be strings (quoted)",
+        }
+    if last in ("shmSize", "capacity"):
+        return {"$ref": "#/definitions/quantity"}
+    if isinstance(v, dict):
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                k: node(f"{path}.{k}" if path else k, vv) for k, vv in v.items()
+            },
+        }
+    if isinstance(v, bool):
+        return {"type": "boolean"}
+    if isinstance(v, int):
+        if any(path.startswith(p) or path.endswith(p) for p in pos_ints):
+            return {"type": "integer", "minimum": 1}
+        return {"type": "integer", "minimum": 0}
+    if isinstance(v, float):
+        return {"type": "number", "minimum": 0}
+    if isinstance(v, str):
+        return {"type": "string"}
+    if isinstance(v, list):
+        return {"type": "array"}
+    raise SystemExit(f"no type for {path}")
+
+
+root = node("", vals)
+schema = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "charts/miles values",
+    "definitions": defs,
+    **root,
+}
+# numbers that may legitimately be floats
+for p in [
+    "checks.gpu.matmulTflops",
+    "checks.gpu.copyGBps",
+    "checks.gpu.allReduceBusbwGBps",
+    "checks.gpu.sendRecvBusbwGBps",
+]:
+    a, b, c = p.split(".")
+    schema["properties"][a]["properties"][b]["properties"][c] = {
+        "type": "number",
+        "minimum": 0,
+    }
+text = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+target = CHART / "values.schema.json"
+if "--check" in sys.argv[1:]:
+    if target.read_text() != text:
+        sys.exit(
+            "charts/miles/values.schema.json is stale: run python3 tests/chart/values_schema_gen.py"
+        )
+else:
+    target.write_text(text)
