@@ -64,3 +64,32 @@ def wait_terminal(cl: Any, submission_id: str, timeout: float) -> str:
             raise HookTimeout(f"Ray job {submission_id} still {state} after {timeout:.0f}s")
         time.sleep(delay)
         delay = min(delay * 1.5, 2.0)
+
+
+_TRANSIENT = ("No available agent", "try again later", "Connection refused", "Connection reset")
+
+
+def is_transient(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(t in text for t in _TRANSIENT)
+
+
+def submit_job(cl: Any, retry_for: float = 90.0, **kwargs: Any) -> str:
+    """``cl.submit_job(**kwargs)``, retried while the dashboard says its job agent is not ready yet.
+
+    Before each retry the submission id is looked up: a POST that failed after creating the job (or a
+    concurrent submit) leaves a job behind, and a second POST would get HTTP 500 for the duplicate.
+    """
+    sid = kwargs.get("submission_id")
+    deadline = time.monotonic() + retry_for
+    delay = 1.0
+    while True:
+        try:
+            return str(cl.submit_job(**kwargs))
+        except RuntimeError as exc:
+            if sid and get_job(cl, sid) is not None:
+                raise
+            if not is_transient(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 8.0)

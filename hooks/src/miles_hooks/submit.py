@@ -196,8 +196,8 @@ def run(spec: RunSpec, stop_timeout: float = 300.0, dry_run: bool = False) -> di
 
     submitted_at = time.time()
     try:
-        cl.submit_job(entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env(raw),
-                      entrypoint_resources=entrypoint_resources(raw), metadata=metadata(raw))
+        rayjobs.submit_job(cl, entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env(raw),
+                           entrypoint_resources=entrypoint_resources(raw), metadata=metadata(raw))
         created = True
     except RuntimeError as exc:
         # A concurrent submit (or a retried POST) may have created it: Ray answers 500 for duplicates.
