@@ -16,6 +16,7 @@ from chartlib import (
     KUBE_VERSION,
     NAMESPACE,
     RELEASE,
+    REPO,
     RUN_SPEC_SCHEMA,
     SCENARIOS,
     VALUES,
