@@ -379,5 +379,12 @@ def test_helm_template_time(helm, record_property):
 
 def test_values_schema_is_current():
     """values.schema.json is generated from values.yaml + the constraints in values_schema_gen.py."""
-    res = run([sys.executable, str(REPO / "tests" / "chart" / "values_schema_gen.py"), "--check"], check=False)
+    res = run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "chart" / "values_schema_gen.py"),
+            "--check",
+        ],
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
