@@ -46,7 +46,12 @@ def kubeconform(manifest: str) -> str:
     schemas = ROOT / ".tools" / "kubeconform-schemas"
     args = ["kubeconform", "-strict", "-summary"]
     if schemas.is_dir():
-        args += ["-schema-location", "default", "-schema-location", str(schemas / "{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json")]
+        args += [
+            "-schema-location",
+            "default",
+            "-schema-location",
+            str(schemas / "{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"),
+        ]
     done = subprocess.run(args, input=manifest, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"kubeconform rejected the manifests:\n{done.stdout}{done.stderr}")

@@ -56,11 +56,21 @@ def test_cluster_is_created_between_convert_and_wait_ready(render: Render) -> No
 def test_everything_pre_sync_jobs_need_exists_before_them(render: Render) -> None:
     objects = render("values/values-moe.yaml", OVERLAY)
     first_job = min(sync_position(o) for o in objects if o["kind"] == "Job")
-    needed = [o for o in objects if o["kind"] in {"ServiceAccount", "Role", "RoleBinding"} and "hook" in o["metadata"]["name"]]
+    needed = [
+        o
+        for o in objects
+        if o["kind"] in {"ServiceAccount", "Role", "RoleBinding"} and "hook" in o["metadata"]["name"]
+    ]
     assert needed, "no hook RBAC rendered"
     for obj in needed:
-        assert sync_position(obj) < first_job, f"{obj['kind']}/{obj['metadata']['name']} comes after the first hook Job"
-    run_spec_copies = [o for o in objects if o["kind"] == "ConfigMap" and annotations(o).get("argocd.argoproj.io/hook") == "PreSync"]
+        assert sync_position(obj) < first_job, (
+            f"{obj['kind']}/{obj['metadata']['name']} comes after the first hook Job"
+        )
+    run_spec_copies = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and annotations(o).get("argocd.argoproj.io/hook") == "PreSync"
+    ]
     assert run_spec_copies, "the pre-sync Jobs have no run spec to mount"
 
 

@@ -30,7 +30,11 @@ def rendered(env: str) -> list[dict[str, Any]]:
 
 def run_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
     for obj in objects:
-        if obj["kind"] == "ConfigMap" and "run.json" in obj.get("data", {}) and not obj["metadata"].get("annotations"):
+        if (
+            obj["kind"] == "ConfigMap"
+            and "run.json" in obj.get("data", {})
+            and not obj["metadata"].get("annotations")
+        ):
             return dict(json.loads(obj["data"]["run.json"]))
     raise AssertionError("no run spec ConfigMap rendered")
 

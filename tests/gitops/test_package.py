@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_oci_round_trip(tmp_path: Path) -> None:
     env = {**os.environ, "OUT_DIR": str(tmp_path)}
-    done = subprocess.run([str(ROOT / "ci" / "package.sh")], capture_output=True, text=True, check=False, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [str(ROOT / "ci" / "package.sh")], capture_output=True, text=True, check=False, env=env, cwd=ROOT
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "pushed and pulled back identical" in done.stdout
     pulled = list((tmp_path / "pulled").glob("miles-*.tgz"))
