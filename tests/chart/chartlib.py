@@ -21,9 +21,7 @@ CHART = REPO / "charts" / "miles"
 VALUES = REPO / "values"
 TOOLS_BIN = REPO / ".tools" / "bin"
 VENV_BIN = REPO / ".venv" / "bin"
-RUN_SPEC_SCHEMA = (
-    REPO / "hooks" / "src" / "miles_hooks" / "schemas" / "run-spec.schema.json"
-)
+RUN_SPEC_SCHEMA = REPO / "hooks" / "src" / "miles_hooks" / "schemas" / "run-spec.schema.json"
 RELEASE = "miles"
 NAMESPACE = "miles-test"
 HELMS = ("helm3", "helm4")
@@ -64,17 +62,13 @@ def tool(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    pytest.fail(
-        f"tool '{name}' not found in .tools/bin, .venv/bin or PATH: run `make tools`"
-    )
+    pytest.fail(f"tool '{name}' not found in .tools/bin, .venv/bin or PATH: run `make tools`")
 
 
 def run(cmd: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PATH"] = f"{TOOLS_BIN}:{VENV_BIN}:{env.get('PATH', '')}"
-    res = subprocess.run(
-        cmd, capture_output=True, text=True, env=env, check=False, **kw
-    )
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, **kw)
     if check and res.returncode != 0:
         pytest.fail(
             f"{' '.join(cmd)} exited {res.returncode}\nstdout:\n{res.stdout[-4000:]}\nstderr:\n{res.stderr[-4000:]}"
@@ -109,11 +103,7 @@ def docs(text: str) -> list[dict]:
 
 
 def find(documents: list[dict], kind: str, name: str | None = None) -> list[dict]:
-    return [
-        d
-        for d in documents
-        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
-    ]
+    return [d for d in documents if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
 
 
 def run_spec(documents: list[dict], name: str = f"{RELEASE}-run") -> dict:

@@ -104,21 +104,12 @@ def test_run_spec_validates_against_the_hooks_schema(helm, scenario):
     jsonschema.Draft7Validator.check_schema(schema)
     documents = docs(render(helm, scenario))
     spec = run_spec(documents)
-    errors = sorted(
-        jsonschema.Draft7Validator(schema).iter_errors(spec), key=lambda e: list(e.path)
-    )
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(spec), key=lambda e: list(e.path))
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
     # the hook copy that pre-install hooks mount is byte-identical
     hook_copy = find(documents, "ConfigMap", f"{RELEASE}-run-hook")
-    assert (
-        hook_copy
-        and hook_copy[0]["data"]
-        == find(documents, "ConfigMap", f"{RELEASE}-run")[0]["data"]
-    )
-    assert (
-        hook_copy[0]["metadata"]["annotations"]["helm.sh/hook"]
-        == "pre-install,pre-upgrade"
-    )
+    assert hook_copy and hook_copy[0]["data"] == find(documents, "ConfigMap", f"{RELEASE}-run")[0]["data"]
+    assert hook_copy[0]["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -133,18 +124,11 @@ def test_derived_topology(scenario):
     per_worker = t["gpusPerWorker"] // t["rolloutGpusPerEngine"]
     assert t["rolloutEngines"] == engines and t["enginesPerWorker"] == per_worker
     if spec["mode"] == "rayCluster":
-        want = t["actorNodes"] + (
-            0 if t["colocate"] else math.ceil(engines / per_worker)
-        )
+        want = t["actorNodes"] + (0 if t["colocate"] else math.ceil(engines / per_worker))
         assert t["workerReplicas"] == want
         (rc,) = find(documents, "RayCluster")
         (group,) = rc["spec"]["workerGroupSpecs"]
-        assert (
-            group["replicas"]
-            == group["minReplicas"]
-            == group["maxReplicas"]
-            == t["workerReplicas"]
-        )
+        assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == t["workerReplicas"]
         assert group["rayStartParams"]["num-gpus"] == str(t["gpusPerWorker"])
         assert group["rayStartParams"]["resources"] == '"{\\"gpu_node\\": 1}"'
         c = group["template"]["spec"]["containers"][0]
@@ -176,9 +160,9 @@ def test_train_args_carry_topology_and_batch_identity(scenario):
     assert flag("--tensor-model-parallel-size") == str(t["tensorParallel"])
     assert flag("--expert-model-parallel-size") == str(t["expertParallel"])
     assert ("--colocate" in args) == t["colocate"]
-    assert int(flag("--rollout-batch-size")) * int(
-        flag("--n-samples-per-prompt")
-    ) == int(flag("--global-batch-size")) * int(flag("--num-steps-per-rollout"))
+    assert int(flag("--rollout-batch-size")) * int(flag("--n-samples-per-prompt")) == int(
+        flag("--global-batch-size")
+    ) * int(flag("--num-steps-per-rollout"))
     assert flag("--load") == flag("--save") == spec["output"]["checkpointDir"]
     assert spec["output"]["dir"] == f"/fsx/runs/{NAMESPACE}/{RELEASE}"
     assert flag("--sglang-log-level") == flag("--sglang-log-level").lower()
@@ -347,9 +331,7 @@ def test_ci_values_mirror_the_scenarios():
     ci = {p.name for p in (CHART / "ci").glob("*-values.yaml")}
     assert ci == {f"{n}-values.yaml" for n in names}
     for n in names:
-        assert (CHART / "ci" / f"{n}-values.yaml").read_text() == (
-            VALUES / f"values-{n}.yaml"
-        ).read_text(), (
+        assert (CHART / "ci" / f"{n}-values.yaml").read_text() == (VALUES / f"values-{n}.yaml").read_text(), (
             f"charts/miles/ci/{n}-values.yaml differs from values/values-{n}.yaml: copy it"
         )
 

@@ -175,9 +175,7 @@ OVERRIDES = {
     "recipe.maxTokensPerGpu": {"type": "integer", "minimum": 0},
     "recipe.evalInterval": {"type": "integer", "minimum": 0},
     "recipe.sglangMemFractionStatic": {"type": "string", "pattern": "^0?\\.[0-9]+$"},
-    "recipe.sglangLogLevel": {
-        "enum": ["debug", "info", "warning", "error", "critical"]
-    },
+    "recipe.sglangLogLevel": {"enum": ["debug", "info", "warning", "error", "critical"]},
     "recipe.reward.type": {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$"},
     "recipe.reward.url": {"type": "string", "pattern": "^(https?://.+)?$"},
     "recipe.tracking.wandb.project": {"type": "string"},
@@ -208,12 +206,8 @@ OVERRIDES = {
         "type": "array",
         "items": {"type": "string", "pattern": "^sg-[0-9a-f]{8,17}$"},
     },
-    "storage.fsxDynamic.deploymentType": {
-        "enum": ["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"]
-    },
-    "storage.fsxDynamic.perUnitStorageThroughput": {
-        "enum": [50, 100, 125, 200, 250, 500, 1000]
-    },
+    "storage.fsxDynamic.deploymentType": {"enum": ["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"]},
+    "storage.fsxDynamic.perUnitStorageThroughput": {"enum": [50, 100, 125, 200, 250, 500, 1000]},
     "storage.fsxDynamic.capacity": {"$ref": "#/definitions/quantity"},
     "storage.fsxDynamic.reclaimPolicy": {"enum": ["Retain", "Delete"]},
     "secrets.huggingface.existingSecret": {
@@ -369,9 +363,7 @@ def node(path, v):
         return {
             "type": "object",
             "additionalProperties": False,
-            "properties": {
-                k: node(f"{path}.{k}" if path else k, vv) for k, vv in v.items()
-            },
+            "properties": {k: node(f"{path}.{k}" if path else k, vv) for k, vv in v.items()},
         }
     if isinstance(v, bool):
         return {"type": "boolean"}
@@ -411,8 +403,6 @@ text = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 target = CHART / "values.schema.json"
 if "--check" in sys.argv[1:]:
     if target.read_text() != text:
-        sys.exit(
-            "charts/miles/values.schema.json is stale: run python3 tests/chart/values_schema_gen.py"
-        )
+        sys.exit("charts/miles/values.schema.json is stale: run python3 tests/chart/values_schema_gen.py")
 else:
     target.write_text(text)
