@@ -12,15 +12,20 @@ export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
 log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
-# fresh NAME FILE... -> true when the stamp for NAME matches the hash of FILEs
+# A part's digest covers the files that pin it and the body of the function that builds it, so editing
+# one part of this script rebuilds that part alone.
+digest() {
+  local builder=$1; shift
+  { cat "$@"; declare -f "$builder"; } | sha256sum | cut -d' ' -f1
+}
+# fresh NAME FILE... -> true when NAME's stamp matches; call from the part's build function.
 fresh() {
   local name=$1; shift
-  local want; want=$(cat "$@" | sha256sum | cut -d' ' -f1)
-  [[ -f "$stamps/$name" && "$(cat "$stamps/$name")" == "$want" ]]
+  [[ -f "$stamps/$name" && "$(cat "$stamps/$name")" == "$(digest "${FUNCNAME[1]}" "$@")" ]]
 }
 stamp() {
   local name=$1; shift
-  cat "$@" | sha256sum | cut -d' ' -f1 >"$stamps/$name"
+  digest "${FUNCNAME[1]}" "$@" >"$stamps/$name"
 }
 
 # go_build_versioned DIR OUT PACKAGE MODULE VAR: builds PACKAGE of the tools module in DIR to OUT,
@@ -35,7 +40,7 @@ go_build_versioned() {
 
 build_helms() {
   local dir="$root/ci/tools/helm"
-  if fresh go-helm "$dir/go.mod" "$dir/go.sum" "$0"; then log "helm tools up to date"; return; fi
+  if fresh go-helm "$dir/go.mod" "$dir/go.sum"; then log "helm tools up to date"; return; fi
   local m
   for m in v3 v4; do
     log "building helm $m"
@@ -50,7 +55,7 @@ build_helms() {
     github.com/helm/chart-testing/v3 github.com/helm/chart-testing/v3/ct/cmd.Version
   go_build_versioned "$dir" "$bin/helm-docs" github.com/norwoodj/helm-docs/cmd/helm-docs \
     github.com/norwoodj/helm-docs main.version
-  stamp go-helm "$dir/go.mod" "$dir/go.sum" "$0"
+  stamp go-helm "$dir/go.mod" "$dir/go.sum"
 }
 
 # Each Helm gets its own config/cache/data/plugins under .tools/helmN so the two never share state,
@@ -74,36 +79,44 @@ WRAP
 
 build_helmfile() {
   local dir="$root/ci/tools/helmfile"
-  if fresh go-helmfile "$dir/go.mod" "$dir/go.sum" "$0"; then log "helmfile up to date"; return; fi
+  if fresh go-helmfile "$dir/go.mod" "$dir/go.sum"; then log "helmfile up to date"; return; fi
   log "building helmfile (large; several minutes cold)"
   (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$bin/helmfile" github.com/helmfile/helmfile)
-  stamp go-helmfile "$dir/go.mod" "$dir/go.sum" "$0"
+  stamp go-helmfile "$dir/go.mod" "$dir/go.sum"
+}
+
+build_registry() {
+  local dir="$root/ci/tools/registry"
+  if fresh go-registry "$dir/go.mod" "$dir/go.sum"; then log "registry up to date"; return; fi
+  log "building the OCI registry (loopback, in-memory) for make package"
+  go_build_versioned "$dir" "$bin/oci-registry" github.com/google/go-containerregistry/cmd/registry "" ""
+  stamp go-registry "$dir/go.mod" "$dir/go.sum"
 }
 
 python_env() {
   local req="$root/ci/requirements.txt" lock="$root/ci/requirements.lock"
   local pyproject="$root/hooks/pyproject.toml"
-  if fresh venv "$req" "$lock" "$pyproject" "$0" && [[ -x "$root/.venv/bin/python" ]]; then
+  if fresh venv "$req" "$lock" "$pyproject" && [[ -x "$root/.venv/bin/python" ]]; then
     log "python venv up to date"; return
   fi
-  log "creating .venv"
-  python3 -m venv "$root/.venv"
+  log "installing .venv from ci/requirements.txt (pinned by ci/requirements.lock)"
+  [[ -x "$root/.venv/bin/python" ]] || python3 -m venv "$root/.venv"
   "$root/.venv/bin/pip" install -q --upgrade pip
   "$root/.venv/bin/pip" install -q -r "$req" -c "$lock"
   "$root/.venv/bin/pip" install -q --no-deps -e "$root/hooks"
-  stamp venv "$req" "$lock" "$pyproject" "$0"
+  stamp venv "$req" "$lock" "$pyproject"
 }
 
 # checkov pins its own dependency set, which conflicts with ray's: it gets a venv of its own.
 checkov_env() {
-  local req="$root/ci/requirements-checkov.txt"
-  if fresh checkov "$req" "$0" && [[ -x "$tools/checkov/bin/checkov" ]]; then log "checkov up to date"; return; fi
+  local req="$root/ci/requirements-checkov.txt" lock="$root/ci/requirements-checkov.lock"
+  if fresh checkov "$req" "$lock" && [[ -x "$tools/checkov/bin/checkov" ]]; then log "checkov up to date"; return; fi
   log "creating checkov venv"
   python3 -m venv "$tools/checkov"
   "$tools/checkov/bin/pip" install -q --upgrade pip
-  "$tools/checkov/bin/pip" install -q -r "$req"
+  "$tools/checkov/bin/pip" install -q -r "$req" -c "$lock"
   ln -sf ../checkov/bin/checkov "$bin/checkov"
-  stamp checkov "$req" "$0"
+  stamp checkov "$req" "$lock"
 }
 
 # --- local testbed (issue 5): real control plane, kwok, KubeRay, each from its own pinned tools module ------
@@ -156,11 +169,12 @@ main() {
     case $part in
       helm) build_helms; install_helm_wrappers ;;
       helmfile) build_helmfile ;;
+      registry) build_registry ;;
       python) python_env ;;
       checkov) checkov_env ;;
       cluster) build_cluster ;;
-      all) build_helms; install_helm_wrappers; build_helmfile; python_env; checkov_env; build_cluster ;;
-      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, python, checkov, cluster, all)" >&2; exit 2 ;;
+      all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; checkov_env; build_cluster ;;
+      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, python, checkov, cluster, all)" >&2; exit 2 ;;
     esac
   done
   log "done"
