@@ -6,8 +6,7 @@
 - KubeRay kinds (RayCluster, RayJob, RayService): from config/crd/bases/*.yaml of the
   github.com/ray-project/kuberay/ray-operator Go module at KUBERAY_VERSION.
 
-Output layout matches kubeconform's template
-  <out>/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json
+Output layout matches kubeconform's -schema-location template (see LOCATION below):
 e.g. <out>/v1.34.3-standalone-strict/deployment-apps-v1.json and .../raycluster-ray-v1.json.
 
 "Strict" = every object schema that lists properties gets additionalProperties: false (unless the
@@ -27,6 +26,10 @@ import sys
 import yaml
 
 HERE = pathlib.Path(__file__).resolve().parent
+LOCATION = (
+    "{root}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/"
+    "{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"
+)
 
 # Kinds the chart renders (plus a few a user may add); --all generates every kind in the swagger.
 DEFAULT_KINDS = {
@@ -56,8 +59,8 @@ DEFAULT_KINDS = {
 
 def read_versions() -> dict[str, str]:
     out = {}
-    for line in (HERE / "versions.env").read_text().splitlines():
-        line = line.strip()
+    for raw in (HERE / "versions.env").read_text().splitlines():
+        line = raw.strip()
         if line and not line.startswith("#"):
             k, _, v = line.partition("=")
             out[k.strip()] = v.strip()
@@ -73,16 +76,14 @@ def module_dir(module: str, version: str) -> pathlib.Path:
     )
     info = json.loads(res.stdout)
     if "Dir" not in info:
-        raise SystemExit(
-            f"go mod download {module}@v{version}: {info.get('Error', res.stdout)}"
-        )
+        raise SystemExit(f"go mod download {module}@v{version}: {info.get('Error', res.stdout)}")
     return pathlib.Path(info["Dir"])
 
 
 def kind_suffix(group: str, version: str) -> str:
     # kubeconform: "-" + first label of the group (if any) + "-" + version
     if group:
-        return f"-{group.split('.')[0].lower()}-{version.lower()}"
+        return f"-{group.split('.', maxsplit=1)[0].lower()}-{version.lower()}"
     return f"-{version.lower()}"
 
 
@@ -107,12 +108,8 @@ def strictify(node):
 
 
 SPECIAL = {
-    "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {
-        "oneOf": [{"type": "string"}, {"type": "integer"}]
-    },
-    "io.k8s.apimachinery.pkg.api.resource.Quantity": {
-        "oneOf": [{"type": "string"}, {"type": "number"}]
-    },
+    "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+    "io.k8s.apimachinery.pkg.api.resource.Quantity": {"oneOf": [{"type": "string"}, {"type": "number"}]},
 }
 
 
@@ -126,7 +123,7 @@ def inline(defs: dict, node, stack: tuple[str, ...] = ()):
                 return copy.deepcopy(SPECIAL[name])
             if name in stack:
                 return {}
-            return inline(defs, copy.deepcopy(defs[name]), stack + (name,))
+            return inline(defs, copy.deepcopy(defs[name]), (*stack, name))
         return {k: inline(defs, v, stack) for k, v in node.items()}
     if isinstance(node, list):
         return [inline(defs, v, stack) for v in node]
@@ -143,7 +140,7 @@ def gen_kubernetes(version: str, out: pathlib.Path, all_kinds: bool) -> int:
             key = (gvk["group"], gvk["version"], gvk["kind"])
             if not all_kinds and key not in wanted:
                 continue
-            if name.endswith("List") or gvk["kind"].endswith("List") and not all_kinds:
+            if name.endswith("List") or (gvk["kind"].endswith("List") and not all_kinds):
                 continue
             schema = strictify(inline(defs, copy.deepcopy(d), (name,)))
             schema["$schema"] = "http://json-schema.org/draft-07/schema#"
@@ -152,20 +149,14 @@ def gen_kubernetes(version: str, out: pathlib.Path, all_kinds: bool) -> int:
             api = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
             props["apiVersion"] = {"type": "string", "enum": [api]}
             props["kind"] = {"type": "string", "enum": [gvk["kind"]]}
-            path = (
-                out
-                / f"{gvk['kind'].lower()}{kind_suffix(gvk['group'], gvk['version'])}.json"
-            )
+            path = out / f"{gvk['kind'].lower()}{kind_suffix(gvk['group'], gvk['version'])}.json"
             path.write_text(json.dumps(schema, separators=(",", ":")))
             n += 1
     return n
 
 
 def gen_kuberay(version: str, out: pathlib.Path) -> int:
-    bases = (
-        module_dir("github.com/ray-project/kuberay/ray-operator", version)
-        / "config/crd/bases"
-    )
+    bases = module_dir("github.com/ray-project/kuberay/ray-operator", version) / "config/crd/bases"
     n = 0
     for crd_file in sorted(bases.glob("*.yaml")):
         crd = yaml.safe_load(crd_file.read_text())
@@ -206,13 +197,10 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     k = gen_kubernetes(args.kubernetes_version, out, args.all)
     r = gen_kuberay(args.kuberay_version, out)
-    print(
-        f"gen-schemas: {k} Kubernetes v{args.kubernetes_version} + {r} KubeRay v{args.kuberay_version} schemas in {out}"
-    )
-    print(
-        f"kubeconform -strict -kubernetes-version {args.kubernetes_version} "
-        f"-schema-location '{args.out}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json'"
-    )
+    print(f"gen-schemas: {k} Kubernetes v{args.kubernetes_version} + {r} KubeRay v{args.kuberay_version}")
+    print(f"  schemas in {out}; validate with:")
+    location = LOCATION.format(root=args.out)
+    print(f"kubeconform -strict -kubernetes-version {args.kubernetes_version} -schema-location '{location}'")
     return 0
 
 

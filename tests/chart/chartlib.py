@@ -29,8 +29,8 @@ HELMS = ("helm3", "helm4")
 
 def _versions() -> dict[str, str]:
     out = {}
-    for line in (REPO / "ci" / "kubeconform" / "versions.env").read_text().splitlines():
-        line = line.strip()
+    for raw in (REPO / "ci" / "kubeconform" / "versions.env").read_text().splitlines():
+        line = raw.strip()
         if line and not line.startswith("#"):
             k, _, v = line.partition("=")
             out[k] = v
@@ -71,7 +71,8 @@ def run(cmd: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, **kw)
     if check and res.returncode != 0:
         pytest.fail(
-            f"{' '.join(cmd)} exited {res.returncode}\nstdout:\n{res.stdout[-4000:]}\nstderr:\n{res.stderr[-4000:]}"
+            f"{' '.join(cmd)} exited {res.returncode}\n"
+            f"stdout:\n{res.stdout[-4000:]}\nstderr:\n{res.stderr[-4000:]}"
         )
     return res
 
@@ -112,7 +113,10 @@ def run_spec(documents: list[dict], name: str = f"{RELEASE}-run") -> dict:
 
 
 def kubeconform_cmd(schemas: pathlib.Path) -> list[str]:
-    loc = f"{schemas}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"
+    loc = (
+        f"{schemas}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/"
+        "{{ .ResourceKind }}{{ .KindSuffix }}.json"
+    )
     return [
         tool("kubeconform"),
         "-strict",

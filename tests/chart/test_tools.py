@@ -27,7 +27,7 @@ ALLOWLIST = REPO / "ci" / "checkov-allowlist.yaml"
 def test_kubeconform_strict(scenario, kubeconform_schemas, tmp_path):
     manifest = tmp_path / f"{scenario}.yaml"
     manifest.write_text(render("helm4", scenario))
-    res = run(kubeconform_cmd(kubeconform_schemas) + [str(manifest)], check=False)
+    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
     report = json.loads(res.stdout)
     summary = report["summary"]
     assert res.returncode == 0 and summary["invalid"] == 0 and summary["errors"] == 0, res.stdout[-4000:]
@@ -39,7 +39,7 @@ def test_kubeconform_catches_a_field_the_raycluster_crd_lacks(kubeconform_schema
     """Proves the generated RayCluster schema is strict (KubeRay 1.5 has no spec.upgradeStrategy)."""
     manifest = tmp_path / "crd-upgrade.yaml"
     manifest.write_text(render("helm4", "colocated", ("--set", "rayCluster.upgradeStrategy.method=crd")))
-    res = run(kubeconform_cmd(kubeconform_schemas) + [str(manifest)], check=False)
+    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
     assert res.returncode != 0 and "upgradeStrategy" in res.stdout
 
 
@@ -49,7 +49,7 @@ def test_kubeconform_catches_a_misspelled_pod_field(kubeconform_schemas, tmp_pat
     job["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
     manifest = tmp_path / "typo.yaml"
     manifest.write_text(yaml.safe_dump(job))
-    res = run(kubeconform_cmd(kubeconform_schemas) + [str(manifest)], check=False)
+    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
     assert res.returncode != 0 and "resourcez" in res.stdout
 
 
@@ -72,7 +72,7 @@ def _allowed(entries, check_id: str, resource: str) -> bool:
         for r in e["resources"]:
             rk, _, rn = r.partition(".")
             rn = rn.replace("RELEASE", "miles")
-            if rk == kind and (rn == "*" or rn == name or (rn.endswith("*") and name.startswith(rn[:-1]))):
+            if rk == kind and (rn in ("*", name) or (rn.endswith("*") and name.startswith(rn[:-1]))):
                 return True
     return False
 

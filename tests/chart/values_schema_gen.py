@@ -72,7 +72,8 @@ defs = {
         "type": "object",
         "additionalProperties": {"type": "string"},
         "required": ["helm.sh/hook"],
-        "description": "annotations of a hook object; must name its helm.sh/hook events (or Argo CD equivalents plus an empty helm.sh/hook)",
+        "description": "annotations of a hook object; must name its helm.sh/hook events "
+        "(or Argo CD equivalents plus an empty helm.sh/hook)",
     },
     "image": {
         "type": "object",
