@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, run_cli, spec_in, write
 
+from hooks_testlib import REPO, run_cli, spec_in, write
 from miles_hooks import convert
 from miles_hooks import spec as specmod
 from miles_hooks.errors import CheckFailed
@@ -29,7 +30,9 @@ def conv_spec(tmp: Path, backend: str = "megatron") -> dict[str, Any]:
     raw = spec_in(tmp)
     hf = Path(raw["model"]["hfPath"])
     hf.mkdir(parents=True)
-    (hf / "config.json").write_text(json.dumps({"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2}))
+    (hf / "config.json").write_text(
+        json.dumps({"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2})
+    )
     raw["model"]["trainBackend"] = backend
     raw["convert"]["command"] = [sys.executable, str(CONVERTER)]
     raw["convert"]["lockStaleSeconds"] = 60
@@ -66,7 +69,11 @@ def test_converter_argv_quotes_and_expands_model_args(tmp_path: Path) -> None:
     assert argv[4:] == [sys.executable, str(CONVERTER)]
     raw["convert"]["nprocPerNode"] = 8
     raw["convert"]["command"] = ["python3", "tools/convert_hf_to_torch_dist.py"]
-    assert convert.converter_argv(raw, "/s")[4:] == ["torchrun", "--nproc-per-node=8", "tools/convert_hf_to_torch_dist.py"]
+    assert convert.converter_argv(raw, "/s")[4:] == [
+        "torchrun",
+        "--nproc-per-node=8",
+        "tools/convert_hf_to_torch_dist.py",
+    ]
 
 
 def test_check_tensors_against_hf_config() -> None:
@@ -101,7 +108,8 @@ def test_convert_publishes_then_skips_fast(tmp_path: Path) -> None:
     t2 = time.monotonic()
     again = run_cli("convert", "--spec", str(path), env=env_with(DCP_CONVERTER_COUNT=str(count)))
     cli_skip_s = time.monotonic() - t2
-    print(f"convert: first run {first_s:.2f}s, skip in-process {skip_s * 1000:.1f} ms, skip CLI {cli_skip_s:.2f}s")
+    timings = f"first run {first_s:.2f}s, skip in-process {skip_s * 1000:.1f} ms, skip CLI {cli_skip_s:.2f}s"
+    print(f"convert: {timings}")
     assert out["skipped"] is True and again.returncode == 0
     assert count.read_text().count("\n") == 1
     assert skip_s < 1.0
@@ -123,7 +131,8 @@ def test_partial_or_stale_result_is_redone(tmp_path: Path, damage: str) -> None:
             shard.write_bytes(shard.read_bytes()[:10])
         else:
             (Path(raw["model"]["hfPath"]) / "config.json").write_text(
-                json.dumps({"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 3}))
+                json.dumps({"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 3})
+            )
         source = convert.source_identity(raw)
         assert convert.published_mismatch(target, source) is not None
         out = convert.run(spec)
@@ -134,13 +143,19 @@ def test_partial_or_stale_result_is_redone(tmp_path: Path, damage: str) -> None:
         os.environ.pop("DCP_CONVERTER_COUNT", None)
 
 
-@pytest.mark.parametrize(("fault", "needle"), [("bad-iteration", "expected 'release'"),
-                                                ("small-vocab", "vocab_size=1000"),
-                                                ("missing-shard", "referenced by .metadata is missing")])
+@pytest.mark.parametrize(
+    ("fault", "needle"),
+    [
+        ("bad-iteration", "expected 'release'"),
+        ("small-vocab", "vocab_size=1000"),
+        ("missing-shard", "referenced by .metadata is missing"),
+    ],
+)
 def test_invalid_converter_output_is_never_published(tmp_path: Path, fault: str, needle: str) -> None:
     raw = conv_spec(tmp_path)
-    proc = run_cli("convert", "--spec", str(write(tmp_path / "run.json", raw)),
-                   env=env_with(DCP_CONVERTER_FAULT=fault))
+    proc = run_cli(
+        "convert", "--spec", str(write(tmp_path / "run.json", raw)), env=env_with(DCP_CONVERTER_FAULT=fault)
+    )
     assert proc.returncode == 1
     assert needle in proc.stderr
     target = Path(raw["model"]["torchDistPath"])
@@ -151,8 +166,13 @@ def test_invalid_converter_output_is_never_published(tmp_path: Path, fault: str,
 def test_fsdp_backend_needs_no_conversion(tmp_path: Path) -> None:
     raw = conv_spec(tmp_path, backend="fsdp")
     count = tmp_path / "count"
-    proc = run_cli("convert", "--spec", str(write(tmp_path / "run.json", raw)), "--json",
-                   env=env_with(DCP_CONVERTER_COUNT=str(count)))
+    proc = run_cli(
+        "convert",
+        "--spec",
+        str(write(tmp_path / "run.json", raw)),
+        "--json",
+        env=env_with(DCP_CONVERTER_COUNT=str(count)),
+    )
     assert proc.returncode == 0 and json.loads(proc.stdout)["reason"] == "fsdp"
     assert not count.exists() and not Path(raw["model"]["torchDistPath"]).exists()
 
@@ -177,11 +197,13 @@ def test_killed_twenty_times_never_publishes_partial_and_then_completes(tmp_path
     killed_midway = 0
     for i in range(20):
         if target.exists():
-            import shutil
-
             shutil.rmtree(target)  # start each round from "not converted" so every kill point is exercised
-        proc = subprocess.Popen([sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path)],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(rng.uniform(0.05, duration * 1.05))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
@@ -202,8 +224,16 @@ def test_two_concurrent_converters_convert_once(tmp_path: Path) -> None:
     path = write(tmp_path / "run.json", raw)
     count = tmp_path / "count"
     env = env_with(DCP_CONVERTER_SLOW="1", DCP_CONVERTER_COUNT=str(count))
-    procs = [subprocess.Popen([sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path), "--json"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path), "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     results = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [r[1] for r in results]
     outcomes = sorted(json.loads(r[0])["converted"] for r in results)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,16 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, spec_in, write
 
+from hooks_testlib import run_cli, spec_in, write
 from miles_hooks import prepare_data as pd
+from miles_hooks import spec as specmod
 from miles_hooks.errors import BadInput, CheckFailed
 
 
 def make_mirror(root: Path, raw: dict[str, Any], weights_bytes: int = 3 << 20) -> Path:
     model = root / "models" / raw["model"]["repoId"] / raw["model"]["revision"]
     model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps({"hidden_size": 64, "vocab_size": 1000, "num_hidden_layers": 2}))
+    (model / "config.json").write_text(
+        json.dumps({"hidden_size": 64, "vocab_size": 1000, "num_hidden_layers": 2})
+    )
     (model / "model.safetensors").write_bytes(os.urandom(weights_bytes))
     (model / "tokenizer").mkdir()
     (model / "tokenizer" / "tokenizer.json").write_text("{}")
@@ -78,7 +83,6 @@ def test_prepare_from_local_mirror_then_skip_fast(tmp_path: Path) -> None:
     assert (ds_dir / "dapo-math-17k.jsonl").is_file() and not (ds_dir / "README.md").exists()
 
     # second run: skip from the markers alone; the in-process step must take well under a second
-    from miles_hooks import spec as specmod
 
     spec = specmod.load(spec_path)
     started = time.perf_counter()
@@ -92,7 +96,6 @@ def test_prepare_from_local_mirror_then_skip_fast(tmp_path: Path) -> None:
 def test_changed_file_is_refetched_and_revision_change_redone(tmp_path: Path) -> None:
     raw = spec_in(tmp_path)
     mirror = make_mirror(tmp_path / "mirror", raw)
-    from miles_hooks import spec as specmod
 
     spec = specmod.load(write(tmp_path / "run.json", raw))
     pd.run(spec, source_dir=str(mirror))
@@ -119,9 +122,6 @@ def test_resume_continues_a_partial_file(tmp_path: Path, caplog: pytest.LogCaptu
     hf = Path(raw["model"]["hfPath"])
     hf.mkdir(parents=True)
     (hf / "model.safetensors.incomplete").write_bytes(src.read_bytes()[: 5 << 20])
-    from miles_hooks import spec as specmod
-
-    import logging
 
     logging.getLogger("miles_hooks").propagate = True
     with caplog.at_level(logging.INFO, logger="miles_hooks"):
@@ -138,8 +138,19 @@ def test_killed_download_never_leaves_a_lying_marker(tmp_path: Path) -> None:
     spec_path = write(tmp_path / "run.json", raw)
     hf = Path(raw["model"]["hfPath"])
     for delay in (0.3, 0.6, 0.9):
-        proc = subprocess.Popen([sys.executable, "-m", "miles_hooks", "prepare-data", "--spec", str(spec_path),
-                                 "--source-dir", str(mirror)], stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "miles_hooks",
+                "prepare-data",
+                "--spec",
+                str(spec_path),
+                "--source-dir",
+                str(mirror),
+            ],
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -151,28 +162,37 @@ def test_killed_download_never_leaves_a_lying_marker(tmp_path: Path) -> None:
     done = run_cli("prepare-data", "--spec", str(spec_path), "--source-dir", str(mirror))
     assert done.returncode == 0, done.stderr
     src = mirror / "models" / raw["model"]["repoId"] / "main" / "model.safetensors"
-    assert hashlib.sha256((hf / "model.safetensors").read_bytes()).digest() == hashlib.sha256(src.read_bytes()).digest()
+    assert (
+        hashlib.sha256((hf / "model.safetensors").read_bytes()).digest()
+        == hashlib.sha256(src.read_bytes()).digest()
+    )
 
 
 def test_missing_dataset_file_names_the_field(tmp_path: Path) -> None:
     raw = spec_in(tmp_path)
     mirror = make_mirror(tmp_path / "mirror", raw)
     raw["data"]["datasets"][1]["files"] = ["aime-2025.jsonl"]
-    proc = run_cli("prepare-data", "--spec", str(write(tmp_path / "run.json", raw)), "--source-dir", str(mirror))
+    proc = run_cli(
+        "prepare-data", "--spec", str(write(tmp_path / "run.json", raw)), "--source-dir", str(mirror)
+    )
     assert proc.returncode == 1
     assert "aime-2025.jsonl" in proc.stderr and "data.datasets[].files" in proc.stderr
 
 
 def test_hub_unreachable_fails_cleanly_without_marker(tmp_path: Path) -> None:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     raw = spec_in(tmp_path)
     raw["prepare"]["hfEndpointEnv"] = "MILES_TEST_HF_ENDPOINT"
-    env = dict(os.environ, MILES_TEST_HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_TOKEN="hf_secret_value_123",
-               HF_HUB_OFFLINE="0", HF_HUB_ETAG_TIMEOUT="2", HF_HUB_DOWNLOAD_TIMEOUT="2")
+    env = dict(
+        os.environ,
+        MILES_TEST_HF_ENDPOINT=f"http://127.0.0.1:{port}",
+        HF_TOKEN="hf_secret_value_123",
+        HF_HUB_OFFLINE="0",
+        HF_HUB_ETAG_TIMEOUT="2",
+        HF_HUB_DOWNLOAD_TIMEOUT="2",
+    )
     env.pop("MILES_HOOKS_SOURCE_DIR", None)
     proc = run_cli("prepare-data", "--spec", str(write(tmp_path / "run.json", raw)), env=env)
     assert proc.returncode == 1, proc.stderr
@@ -184,7 +204,6 @@ def test_hub_unreachable_fails_cleanly_without_marker(tmp_path: Path) -> None:
 def test_download_off_checks_presence(tmp_path: Path) -> None:
     raw = spec_in(tmp_path)
     raw["prepare"]["download"] = False
-    from miles_hooks import spec as specmod
 
     spec = specmod.load(write(tmp_path / "run.json", raw))
     with pytest.raises(CheckFailed) as err:

@@ -12,16 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LocalRay, make_spec, write_spec
-from ray.job_submission import JobStatus, JobSubmissionClient
-
 from miles_hooks import spec as specmod
 from miles_hooks import status, submit
+from ray.job_submission import JobStatus, JobSubmissionClient
+from ray_testlib import LocalRay, make_spec, write_spec
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "miles_hooks", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "miles_hooks", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def release_jobs(client: JobSubmissionClient, release: str) -> list[Any]:
@@ -40,7 +44,7 @@ def wait_state(client: JobSubmissionClient, sid: str, states: set[str], timeout:
 
 
 def test_first_submit_creates_one_job_and_repeat_creates_none(local_ray: LocalRay, tmp_path: Path) -> None:
-    args = ["--wandb-group", "grp with space", "--note", "it's \"quoted\" $HOME *", "--sleep", "0"]
+    args = ["--wandb-group", "grp with space", "--note", 'it\'s "quoted" $HOME *', "--sleep", "0"]
     raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-once", args=args)
     spec_path = write_spec(tmp_path / "run.json", raw)
     client = JobSubmissionClient(local_ray.dashboard_url)
@@ -133,13 +137,19 @@ def test_changed_spec_with_on_change_fail_is_refused(local_ray: LocalRay, tmp_pa
     client.stop_job(first["submissionId"])
 
 
-def test_submit_killed_right_after_post_then_rerun_leaves_one_job(local_ray: LocalRay, tmp_path: Path) -> None:
+def test_submit_killed_right_after_post_then_rerun_leaves_one_job(
+    local_ray: LocalRay, tmp_path: Path
+) -> None:
     client = JobSubmissionClient(local_ray.dashboard_url)
     raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-kill", args=["--sleep", "0"])
     path = write_spec(tmp_path / "run.json", raw)
     sid = specmod.submission_id(raw)
-    proc = subprocess.Popen([sys.executable, "-m", "miles_hooks", "submit", "--spec", str(path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "miles_hooks", "submit", "--spec", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     killed_after_post = False
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -151,7 +161,9 @@ def test_submit_killed_right_after_post_then_rerun_leaves_one_job(local_ray: Loc
         killed_after_post = True
         break
     proc.wait(timeout=30)
-    assert killed_after_post, f"submit finished before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
+    assert killed_after_post, (
+        f"submit finished before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
+    )
     assert [j.submission_id for j in release_jobs(client, "rt-kill")] == [sid]
 
     rerun = cli("submit", "--spec", str(path), "--json")
@@ -179,7 +191,7 @@ def test_status_fails_for_missing_and_failed_jobs(local_ray: LocalRay, tmp_path:
 
 
 def test_status_reports_unreachable_dashboard(tmp_path: Path) -> None:
-    from conftest import free_port
+    from ray_testlib import free_port
 
     raw = make_spec(tmp_path, f"http://127.0.0.1:{free_port()}", release="rt-down")
     result = status.collect(specmod.load(write_spec(tmp_path / "run.json", raw)))
@@ -189,7 +201,7 @@ def test_status_reports_unreachable_dashboard(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["rt-once"])
 def test_submit_dashboard_unreachable_is_check_failed(tmp_path: Path, bad: str) -> None:
-    from conftest import free_port
+    from ray_testlib import free_port
 
     raw = make_spec(tmp_path, f"http://127.0.0.1:{free_port()}", release=bad)
     proc = cli("submit", "--spec", str(write_spec(tmp_path / "run.json", raw)))

@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import LocalRay, make_spec, write_spec
-from ray.job_submission import JobSubmissionClient
-
 from miles_hooks import verify
+from ray.job_submission import JobSubmissionClient
+from ray_testlib import LocalRay, make_spec, write_spec
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "miles_hooks", *args], capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "miles_hooks", *args], capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def verify_jobs(client: JobSubmissionClient) -> list[Any]:
@@ -65,10 +65,20 @@ def test_verify_runs_gpu_checks_on_each_worker(local_ray: LocalRay, tmp_path: Pa
 
 def test_node_problems_pure() -> None:
     raw = json.loads((Path(__file__).parents[1] / "fixtures" / "run-spec.json").read_text())
-    head = {"node_id": "h", "node_ip": "10.0.0.1", "state": "ALIVE", "is_head_node": True,
-            "resources_total": {"CPU": 0, "memory": 1}}
-    worker = {"node_id": "w", "node_ip": "10.0.0.2", "state": "ALIVE", "is_head_node": False,
-              "resources_total": {"CPU": 96, "GPU": 8, "gpu_node": 1}}
+    head = {
+        "node_id": "h",
+        "node_ip": "10.0.0.1",
+        "state": "ALIVE",
+        "is_head_node": True,
+        "resources_total": {"CPU": 0, "memory": 1},
+    }
+    worker = {
+        "node_id": "w",
+        "node_ip": "10.0.0.2",
+        "state": "ALIVE",
+        "is_head_node": False,
+        "resources_total": {"CPU": 96, "GPU": 8, "gpu_node": 1},
+    }
     dead = {**worker, "node_id": "d", "state": "DEAD"}
     problems, workers = verify.node_problems([head, worker, dead], raw)
     assert problems == [] and [w["node_id"] for w in workers] == ["w"]

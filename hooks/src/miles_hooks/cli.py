@@ -128,7 +128,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_gpu_check(argv: Sequence[str]) -> int:
     try:
-        from miles_hooks import gpu_check  # type: ignore[attr-defined]  # noqa: PLC0415
+        from miles_hooks import gpu_check  # noqa: PLC0415
     except ImportError as exc:
         LOG.error("gpu-check is not installed in this build of miles-hooks (miles_hooks.gpu_check: %s)", exc)
         return EXIT_CHECK_FAILED
@@ -140,8 +140,14 @@ def cmd_gpu_check(argv: Sequence[str]) -> int:
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "plan": cmd_plan, "preflight": cmd_preflight, "prepare-data": cmd_prepare_data, "convert": cmd_convert,
-    "wait-ready": cmd_wait_ready, "verify": cmd_verify, "submit": cmd_submit, "status": cmd_status,
+    "plan": cmd_plan,
+    "preflight": cmd_preflight,
+    "prepare-data": cmd_prepare_data,
+    "convert": cmd_convert,
+    "wait-ready": cmd_wait_ready,
+    "verify": cmd_verify,
+    "submit": cmd_submit,
+    "status": cmd_status,
 }
 
 
@@ -149,15 +155,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="miles-hooks",
         description="Helm-hook steps for miles GRPO post-training on Kubernetes. "
-                    "Exit codes: 0 ok, 1 check failed, 2 bad input/spec, 3 timeout.",
+        "Exit codes: 0 ok, 1 check failed, 2 bad input/spec, 3 timeout.",
     )
     parser.add_argument("--version", action="version", version=f"miles-hooks {__version__}")
     sub = parser.add_subparsers(dest="step", metavar="STEP", title="steps")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--spec", default=os.environ.get("MILES_HOOKS_SPEC", DEFAULT_SPEC_PATH),
-                        help=f"run spec JSON (default {DEFAULT_SPEC_PATH})")
-    common.add_argument("--log-format", choices=log.FORMATS, default=None,
-                        help="text (default, or $MILES_HOOKS_LOG_FORMAT) or json lines")
+    common.add_argument(
+        "--spec",
+        default=os.environ.get("MILES_HOOKS_SPEC", DEFAULT_SPEC_PATH),
+        help=f"run spec JSON (default {DEFAULT_SPEC_PATH})",
+    )
+    common.add_argument(
+        "--log-format",
+        choices=log.FORMATS,
+        default=None,
+        help="text (default, or $MILES_HOOKS_LOG_FORMAT) or json lines",
+    )
     common.add_argument("--json", action="store_true", help="print the step's result as JSON on stdout")
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     for name, purpose in STEPS.items():
@@ -166,19 +179,34 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         p = sub.add_parser(name, parents=[common], help=purpose, description=purpose)
         if name == "prepare-data":
-            p.add_argument("--source-dir", default=os.environ.get("MILES_HOOKS_SOURCE_DIR") or None,
-                           help="copy from a local HF-layout mirror instead of the hub "
-                                "(<dir>/models|datasets/<repo>/<revision>/...)")
+            p.add_argument(
+                "--source-dir",
+                default=os.environ.get("MILES_HOOKS_SOURCE_DIR") or None,
+                help="copy from a local HF-layout mirror instead of the hub "
+                "(<dir>/models|datasets/<repo>/<revision>/...)",
+            )
         if name == "convert":
-            p.add_argument("--timeout", type=float, default=4 * 3600.0,
-                           help="seconds to wait for the lock and the converter (exit 3 after)")
+            p.add_argument(
+                "--timeout",
+                type=float,
+                default=4 * 3600.0,
+                help="seconds to wait for the lock and the converter (exit 3 after)",
+            )
             p.add_argument("--force", action="store_true", help="reconvert even when a valid result exists")
         if name in ("wait-ready", "verify"):
-            p.add_argument("--timeout", type=float, default=None,
-                           help="seconds (default checks.waitReadyTimeoutSeconds from the spec)")
+            p.add_argument(
+                "--timeout",
+                type=float,
+                default=None,
+                help="seconds (default checks.waitReadyTimeoutSeconds from the spec)",
+            )
         if name == "submit":
-            p.add_argument("--stop-timeout", type=float, default=300.0,
-                           help="seconds to wait for a previous job to stop on a spec change")
+            p.add_argument(
+                "--stop-timeout",
+                type=float,
+                default=300.0,
+                help="seconds to wait for a previous job to stop on a spec change",
+            )
             p.add_argument("--dry-run", action="store_true", help="print the submission id, submit nothing")
         if name == "status":
             p.add_argument("--lines", type=int, default=20, help="job log lines to show")
@@ -210,7 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:  # a bug or an unexpected API answer: keep the traceback
         step_log.exception("unexpected error")
         return EXIT_CHECK_FAILED
-    step_log.info("done", extra={"fields": {"seconds": round(time.monotonic() - started, 3), "exit_code": code}})
+    step_log.info(
+        "done", extra={"fields": {"seconds": round(time.monotonic() - started, 3), "exit_code": code}}
+    )
     return code
 
 

@@ -50,6 +50,7 @@ RELEASE = "release"
 
 # --------------------------------------------------------------------------- pure parts
 
+
 def source_identity(raw: dict[str, Any]) -> dict[str, Any]:
     """What the conversion was made from; a change in any field means reconversion."""
     hf = Path(raw["model"]["hfPath"])
@@ -57,12 +58,20 @@ def source_identity(raw: dict[str, Any]) -> dict[str, Any]:
     try:
         config_hash = hashlib.sha256(config.read_bytes()).hexdigest()
     except OSError as exc:
-        raise CheckFailed(f"{config} is not readable ({exc.strerror}); expected the HF checkpoint at "
-                          "model.hfPath (run prepare-data first)") from exc
+        raise CheckFailed(
+            f"{config} is not readable ({exc.strerror}); expected the HF checkpoint at "
+            "model.hfPath (run prepare-data first)"
+        ) from exc
     prepared = fsutil.read_json(hf / ".miles-hooks-prepared.json")
     resolved = prepared.get("resolvedRevision") if isinstance(prepared, dict) else None
-    return {"hfPath": str(hf), "repoId": raw["model"]["repoId"], "revision": raw["model"]["revision"],
-            "resolvedRevision": resolved, "configSha256": config_hash, "profile": raw["model"]["profile"]}
+    return {
+        "hfPath": str(hf),
+        "repoId": raw["model"]["repoId"],
+        "revision": raw["model"]["revision"],
+        "resolvedRevision": resolved,
+        "configSha256": config_hash,
+        "profile": raw["model"]["profile"],
+    }
 
 
 def converter_argv(raw: dict[str, Any], save_dir: str) -> list[str]:
@@ -72,15 +81,19 @@ def converter_argv(raw: dict[str, Any], save_dir: str) -> list[str]:
     nproc = int(cfg["nprocPerNode"])
     if nproc > 1 and command and os.path.basename(command[0]) in ("python", "python3"):
         command = ["torchrun", f"--nproc-per-node={nproc}", *command[1:]]
-    body = "; ".join([
-        "set -eo pipefail",
-        f"MODEL_ARGS=$({raw['train']['modelArgsCommand']})",
-        'if [ -z "${MODEL_ARGS//[[:space:]]/}" ]; then echo "miles-hooks: train.modelArgsCommand printed '
-        'nothing" >&2; exit 2; fi',
-        "set -f",
-        'exec "$@" $MODEL_ARGS --hf-checkpoint ' + shlex.quote(str(raw["model"]["hfPath"]))
-        + " --save " + shlex.quote(save_dir),
-    ])
+    body = "; ".join(
+        [
+            "set -eo pipefail",
+            f"MODEL_ARGS=$({raw['train']['modelArgsCommand']})",
+            'if [ -z "${MODEL_ARGS//[[:space:]]/}" ]; then echo "miles-hooks: train.modelArgsCommand printed '
+            'nothing" >&2; exit 2; fi',
+            "set -f",
+            'exec "$@" $MODEL_ARGS --hf-checkpoint '
+            + shlex.quote(str(raw["model"]["hfPath"]))
+            + " --save "
+            + shlex.quote(save_dir),
+        ]
+    )
     return ["bash", "-c", body, "miles-convert", *command]
 
 
@@ -126,33 +139,43 @@ def check_tensors(tensors: dict[str, tuple[int, ...]], hf_config: dict[str, Any]
         return ["release/.metadata lists no tensors"]
     emb = sorted(k for k in tensors if "word_embeddings" in k)
     if not emb:
-        problems.append("no word-embedding tensor (a key containing 'word_embeddings') in release/.metadata; "
-                        f"found e.g. {', '.join(sorted(tensors)[:5])}")
+        problems.append(
+            "no word-embedding tensor (a key containing 'word_embeddings') in release/.metadata; "
+            f"found e.g. {', '.join(sorted(tensors)[:5])}"
+        )
         return problems
     shape = tensors[emb[0]]
     vocab, hidden = hf_config.get("vocab_size"), hf_config.get("hidden_size")
     if isinstance(vocab, int) and (len(shape) < 1 or shape[0] < vocab):
-        problems.append(f"{emb[0]} has shape {list(shape)}; expected at least vocab_size={vocab} rows "
-                        "(config.json)")
+        problems.append(
+            f"{emb[0]} has shape {list(shape)}; expected at least vocab_size={vocab} rows (config.json)"
+        )
     if isinstance(hidden, int) and (len(shape) < 2 or shape[-1] != hidden):
-        problems.append(f"{emb[0]} has shape {list(shape)}; expected hidden_size={hidden} columns (config.json)")
+        problems.append(
+            f"{emb[0]} has shape {list(shape)}; expected hidden_size={hidden} columns (config.json)"
+        )
     return problems
 
 
 # --------------------------------------------------------------------------- validation with torch
+
 
 def read_dcp_metadata(release_dir: Path) -> tuple[dict[str, tuple[int, ...]], list[tuple[str, int]]]:
     """(tensor name → global shape, [(storage file, bytes needed)]) from a DCP ``.metadata``."""
     try:
         from torch.distributed.checkpoint import FileSystemReader  # noqa: PLC0415
     except ImportError as exc:
-        raise CheckFailed("torch is not importable here; convert must run in the miles image (it reads "
-                          "release/.metadata with torch.distributed.checkpoint)") from exc
+        raise CheckFailed(
+            "torch is not importable here; convert must run in the miles image (it reads "
+            "release/.metadata with torch.distributed.checkpoint)"
+        ) from exc
     try:
         md = FileSystemReader(str(release_dir)).read_metadata()
-    except Exception as exc:  # noqa: BLE001 - any failure to read is an invalid checkpoint
-        raise CheckFailed(f"{release_dir / '.metadata'} is not a readable torch.distributed.checkpoint "
-                          f"metadata file: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise CheckFailed(
+            f"{release_dir / '.metadata'} is not a readable torch.distributed.checkpoint "
+            f"metadata file: {type(exc).__name__}: {exc}"
+        ) from exc
     tensors: dict[str, tuple[int, ...]] = {}
     for key, value in md.state_dict_metadata.items():
         size = getattr(value, "size", None)
@@ -173,8 +196,10 @@ def validate(result_dir: Path, hf_config: dict[str, Any]) -> dict[str, Any]:
     except OSError:
         iteration = None
     if iteration != RELEASE:
-        problems.append(f"{ITERATION_FILE}: expected 'release', found "
-                        + (repr(iteration) if iteration is not None else "no file"))
+        problems.append(
+            f"{ITERATION_FILE}: expected 'release', found "
+            + (repr(iteration) if iteration is not None else "no file")
+        )
     release = result_dir / RELEASE
     if not (release / ".metadata").is_file():
         problems.append(f"{release / '.metadata'} missing")
@@ -197,6 +222,7 @@ def validate(result_dir: Path, hf_config: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- orchestration
 
+
 def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -208,12 +234,20 @@ def run_converter(raw: dict[str, Any], save_dir: Path, deadline: float, lock: Fi
     env.update(raw["runtimeEnv"]["envVars"])
     workdir = Path(raw["train"]["workdir"])
     cwd = str(workdir) if workdir.is_dir() else None
-    LOG.info("running the converter", extra={"fields": {"command": shlex.join(argv[3:]), "cwd": cwd or ".",
-                                                        "save": str(save_dir)}})
+    LOG.info(
+        "running the converter",
+        extra={"fields": {"command": shlex.join(argv[3:]), "cwd": cwd or ".", "save": str(save_dir)}},
+    )
     started = time.monotonic()
     # the converter's output goes to our stderr (the log); stdout stays for --json
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=sys.stderr, start_new_session=True,
-                            preexec_fn=_set_pdeathsig)  # noqa: PLW1509
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=sys.stderr,
+        start_new_session=True,
+        preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - the only other thread is the lock heartbeat
+    )
     try:
         while True:
             try:
@@ -224,23 +258,29 @@ def run_converter(raw: dict[str, Any], save_dir: Path, deadline: float, lock: Fi
             if lock.lost:
                 raise CheckFailed("lost the conversion lock while converting; another converter took over")
             if time.monotonic() >= deadline:
-                raise HookTimeout(f"the converter ran past the deadline ({time.monotonic() - started:.0f}s); "
-                                  "raise the convert Job's activeDeadlineSeconds / --timeout")
+                raise HookTimeout(
+                    f"the converter ran past the deadline ({time.monotonic() - started:.0f}s); "
+                    "raise the convert Job's activeDeadlineSeconds / --timeout"
+                )
     finally:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     if code != 0:
-        raise CheckFailed(f"the converter exited with code {code} after {time.monotonic() - started:.0f}s; "
-                          "see its output above (host OOM on large models: raise the convert Job's memory, "
-                          "or use convert.nprocPerNode)")
+        raise CheckFailed(
+            f"the converter exited with code {code} after {time.monotonic() - started:.0f}s; "
+            "see its output above (host OOM on large models: raise the convert Job's memory, "
+            "or use convert.nprocPerNode)"
+        )
     LOG.info("converter finished", extra={"fields": {"seconds": round(time.monotonic() - started, 1)}})
 
 
 def _cleanup_leftovers(target: Path) -> None:
     for leftover in target.parent.glob(f".{target.name}.tmp-*"):
-        LOG.info("removing the leftover of an interrupted conversion", extra={"fields": {"path": str(leftover)}})
+        LOG.info(
+            "removing the leftover of an interrupted conversion", extra={"fields": {"path": str(leftover)}}
+        )
         shutil.rmtree(leftover, ignore_errors=True)
     for old in target.parent.glob(f".{target.name}.stale-*"):
         shutil.rmtree(old, ignore_errors=True)
@@ -260,8 +300,10 @@ def run(spec: RunSpec, timeout: float = 4 * 3600.0, force: bool = False) -> dict
     source = source_identity(raw)
     why = published_mismatch(target, source)
     if why is None and not force:
-        LOG.info("valid torch_dist checkpoint already published; skipping",
-                 extra={"fields": {"target": str(target), "seconds": round(time.monotonic() - started, 3)}})
+        LOG.info(
+            "valid torch_dist checkpoint already published; skipping",
+            extra={"fields": {"target": str(target), "seconds": round(time.monotonic() - started, 3)}},
+        )
         return {"converted": False, "skipped": True, "reason": "up to date", "target": str(target)}
     LOG.info("conversion needed", extra={"fields": {"target": str(target), "reason": why or "--force"}})
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -271,11 +313,19 @@ def run(spec: RunSpec, timeout: float = 4 * 3600.0, force: bool = False) -> dict
         why = published_mismatch(target, source)
         if why is None and not force:
             LOG.info("another converter published it while we waited; skipping")
-            return {"converted": False, "skipped": True, "reason": "converted concurrently", "target": str(target)}
+            return {
+                "converted": False,
+                "skipped": True,
+                "reason": "converted concurrently",
+                "target": str(target),
+            }
         _cleanup_leftovers(target)
         if target.exists():
             aside = target.parent / f".{target.name}.stale-{int(time.time())}"
-            LOG.info("moving the invalid/outdated result aside", extra={"fields": {"reason": why, "to": str(aside)}})
+            LOG.info(
+                "moving the invalid/outdated result aside",
+                extra={"fields": {"reason": why, "to": str(aside)}},
+            )
             os.rename(target, aside)
             shutil.rmtree(aside, ignore_errors=True)
         tmp = target.parent / f".{target.name}.tmp-{socket.gethostname()}-{os.getpid()}"
@@ -284,9 +334,14 @@ def run(spec: RunSpec, timeout: float = 4 * 3600.0, force: bool = False) -> dict
             run_converter(raw, tmp, deadline, lock)
             hf_config = fsutil.read_json(Path(raw["model"]["hfPath"]) / "config.json") or {}
             summary = validate(tmp, hf_config if isinstance(hf_config, dict) else {})
-            marker = {"kind": MARKER_KIND, "version": 1, "source": source, "files": listed_files(tmp),
-                      "tensors": summary["tensors"],
-                      "convertedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            marker = {
+                "kind": MARKER_KIND,
+                "version": 1,
+                "source": source,
+                "files": listed_files(tmp),
+                "tensors": summary["tensors"],
+                "convertedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             fsutil.atomic_write_json(tmp / MARKER, marker)
             if not lock.held():
                 raise CheckFailed(f"lost the lock {lock.path} before publishing; not publishing")
@@ -297,6 +352,14 @@ def run(spec: RunSpec, timeout: float = 4 * 3600.0, force: bool = False) -> dict
             raise
     finally:
         lock.release()
-    LOG.info("published the torch_dist checkpoint", extra={"fields": {
-        "target": str(target), "tensors": summary["tensors"], "seconds": round(time.monotonic() - started, 1)}})
+    LOG.info(
+        "published the torch_dist checkpoint",
+        extra={
+            "fields": {
+                "target": str(target),
+                "tensors": summary["tensors"],
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        },
+    )
     return {"converted": True, "skipped": False, "target": str(target), **summary}

@@ -7,6 +7,7 @@ pure functions as plain dicts (the API's JSON shape), which is also what a test 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +42,19 @@ class Api:
 
     def get_json(self, path: str) -> Any:
         """GET an arbitrary API path (discovery documents); raises the client's ApiException."""
-        return self.client.call_api(path, "GET", response_type="object", auth_settings=["BearerToken"],
-                                    _return_http_data_only=True, _preload_content=True)
+        cl = self.client
+        if hasattr(cl, "param_serialize"):  # kubernetes >= 32: generated client with param_serialize
+            method, url, headers, body, post = cl.param_serialize("GET", path, auth_settings=["BearerToken"])
+            resp = cl.call_api(method, url, header_params=headers, body=body, post_params=post)
+            resp.read()
+            if not 200 <= int(resp.status) < 300:
+                from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+                raise ApiException(status=resp.status, reason=getattr(resp, "reason", ""))
+            return json.loads(resp.data)
+        return cl.call_api(  # older clients
+            path, "GET", response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True
+        )
 
 
 def connect() -> Api:
@@ -50,12 +62,14 @@ def connect() -> Api:
     from kubernetes import client, config  # noqa: PLC0415
     from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
 
-    class CountingApiClient(client.ApiClient):  # type: ignore[misc]
+    class CountingApiClient(client.ApiClient):
+        """Every HTTP request of every API class goes through call_api: count them there."""
+
         requests = 0
 
-        def request(self, *args: Any, **kwargs: Any) -> Any:
+        def call_api(self, *args: Any, **kwargs: Any) -> Any:
             self.requests += 1
-            return super().request(*args, **kwargs)
+            return super().call_api(*args, **kwargs)
 
     try:
         config.load_incluster_config()
@@ -63,8 +77,10 @@ def connect() -> Api:
         try:
             config.load_kube_config()
         except (ConfigException, OSError, TypeError) as exc:
-            raise BadInput("no Kubernetes configuration: expected the pod's service account (in-cluster) "
-                           f"or $KUBECONFIG; found neither ({exc})") from exc
+            raise BadInput(
+                "no Kubernetes configuration: expected the pod's service account (in-cluster) "
+                f"or $KUBECONFIG; found neither ({exc})"
+            ) from exc
     api_client = CountingApiClient()
     api_client.requests = 0
     return Api(api_client)
@@ -78,8 +94,10 @@ def status_of(exc: BaseException) -> int | None:
 def api_failure(what: str, exc: BaseException) -> CheckFailed:
     code = status_of(exc)
     if code == 403:
-        return CheckFailed(f"{what}: forbidden (HTTP 403); the hook's Role/ClusterRole lacks this permission "
-                           "(check the chart's hooks.rbac settings)")
+        return CheckFailed(
+            f"{what}: forbidden (HTTP 403); the hook's Role/ClusterRole lacks this permission "
+            "(check the chart's hooks.rbac settings)"
+        )
     reason = getattr(exc, "reason", None) or str(exc).splitlines()[0]
     return CheckFailed(f"{what}: Kubernetes API error {code or ''} {reason}".rstrip())
 

@@ -36,7 +36,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def is_stale(info: dict[str, Any] | None, age_seconds: float, stale_seconds: float, host: str, pid: int) -> bool:
+def is_stale(
+    info: dict[str, Any] | None, age_seconds: float, stale_seconds: float, host: str, pid: int
+) -> bool:
     """Pure rule: is a lock with this token and this age abandoned?"""
     if age_seconds > stale_seconds:
         return True
@@ -76,8 +78,15 @@ class FileLock:
         except FileExistsError:
             return False
         with os.fdopen(fd, "w") as fh:
-            json.dump({"host": self.host, "pid": self.pid, "token": self.token,
-                       "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, fh)
+            json.dump(
+                {
+                    "host": self.host,
+                    "pid": self.pid,
+                    "token": self.token,
+                    "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
+                fh,
+            )
             fh.flush()
             os.fsync(fh.fileno())
         return True
@@ -116,9 +125,11 @@ class FileLock:
                 continue
             now = time.monotonic()
             if now >= deadline:
-                raise HookTimeout(f"lock {self.path} still held by {info} after {timeout:.0f}s; if no converter "
-                                  f"is running, it becomes stale after convert.lockStaleSeconds="
-                                  f"{self.stale_seconds:.0f}s without a heartbeat")
+                raise HookTimeout(
+                    f"lock {self.path} still held by {info} after {timeout:.0f}s; if no converter "
+                    f"is running, it becomes stale after convert.lockStaleSeconds="
+                    f"{self.stale_seconds:.0f}s without a heartbeat"
+                )
             if now - last_note >= 30:
                 LOG.info("another converter holds the lock; waiting", extra={"fields": {"holder": info}})
                 last_note = now
@@ -131,7 +142,9 @@ class FileLock:
             while not self._stop.wait(interval):
                 if not self.held():
                     self.lost = True
-                    LOG.error("lost the lock (it was broken as stale)", extra={"fields": {"lock": str(self.path)}})
+                    LOG.error(
+                        "lost the lock (it was broken as stale)", extra={"fields": {"lock": str(self.path)}}
+                    )
                     return
                 with contextlib.suppress(OSError):
                     os.utime(self.path)

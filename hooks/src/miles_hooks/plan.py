@@ -12,10 +12,17 @@ def plan_json(spec: RunSpec) -> dict[str, Any]:
 
     raw = spec.raw
     return {
-        "release": raw["release"], "mode": raw["mode"], "topology": raw["topology"],
-        "placement": placement(raw), "model": raw["model"], "data": raw["data"], "output": raw["output"],
-        "submissionId": spec.submission_id(), "jobHash": spec.job_hash(),
-        "entrypoint": build_entrypoint(raw), "entrypointResources": entrypoint_resources(raw),
+        "release": raw["release"],
+        "mode": raw["mode"],
+        "topology": raw["topology"],
+        "placement": placement(raw),
+        "model": raw["model"],
+        "data": raw["data"],
+        "output": raw["output"],
+        "submissionId": spec.submission_id(),
+        "jobHash": spec.job_hash(),
+        "entrypoint": build_entrypoint(raw),
+        "entrypointResources": entrypoint_resources(raw),
         "runtimeEnvVars": sorted(raw["runtimeEnv"]["envVars"]),
         "secrets": [{"name": s["name"], "key": s["key"], "env": s["env"]} for s in raw["secrets"]],
     }
@@ -34,8 +41,14 @@ def placement(raw: dict[str, Any]) -> list[dict[str, Any]]:
         for j in range(t["rolloutWorkers"]):
             n = min(t["enginesPerWorker"], left)
             left -= n
-            rows.append({"worker": t["actorNodes"] + j, "role": "rollout", "gpus": t["gpusPerWorker"],
-                         "rolloutEngines": n})
+            rows.append(
+                {
+                    "worker": t["actorNodes"] + j,
+                    "role": "rollout",
+                    "gpus": t["gpusPerWorker"],
+                    "rolloutEngines": n,
+                }
+            )
     return rows
 
 
@@ -48,36 +61,66 @@ def render(spec: RunSpec) -> str:
     raw = spec.raw
     t = raw["topology"]
     rel = raw["release"]
-    lines = [f"miles run plan — release {rel['name']} (namespace {rel['namespace']}, revision {rel['revision']}, "
-             f"chart {rel['chartVersion']})", ""]
-    lines.append(f"mode        {raw['mode']}" + (f", RayCluster {raw['rayCluster']['name']} "
-                 f"(Ray {raw['rayCluster']['rayVersion']})" if raw["rayCluster"]["enabled"] else ""))
-    lines.append(f"topology    {'colocated' if t['colocate'] else 'disaggregated'}: {t['workerReplicas']} worker "
-                 f"pod(s) x {t['gpusPerWorker']} GPUs = {t['clusterGpus']} GPUs")
-    lines.append(f"actor       {t['actorNodes']} node(s) x {t['actorGpusPerNode']} GPUs = {t['actorGpus']} GPUs; "
-                 f"TP{t['tensorParallel']} PP{t['pipelineParallel']} CP{t['contextParallel']} EP{t['expertParallel']}")
-    lines.append(f"rollout     {t['rolloutGpus']} GPUs, {t['rolloutEngines']} engine(s) x "
-                 f"{t['rolloutGpusPerEngine']} GPU(s), {t['enginesPerWorker']} engine(s) per worker")
+    lines = [
+        f"miles run plan — release {rel['name']} (namespace {rel['namespace']}, revision {rel['revision']}, "
+        f"chart {rel['chartVersion']})",
+        "",
+    ]
+    lines.append(
+        f"mode        {raw['mode']}"
+        + (
+            f", RayCluster {raw['rayCluster']['name']} (Ray {raw['rayCluster']['rayVersion']})"
+            if raw["rayCluster"]["enabled"]
+            else ""
+        )
+    )
+    lines.append(
+        f"topology    {'colocated' if t['colocate'] else 'disaggregated'}: {t['workerReplicas']} worker "
+        f"pod(s) x {t['gpusPerWorker']} GPUs = {t['clusterGpus']} GPUs"
+    )
+    lines.append(
+        f"actor       {t['actorNodes']} node(s) x {t['actorGpusPerNode']} GPUs = {t['actorGpus']} GPUs; "
+        f"TP{t['tensorParallel']} PP{t['pipelineParallel']} CP{t['contextParallel']} EP{t['expertParallel']}"
+    )
+    lines.append(
+        f"rollout     {t['rolloutGpus']} GPUs, {t['rolloutEngines']} engine(s) x "
+        f"{t['rolloutGpusPerEngine']} GPU(s), {t['enginesPerWorker']} engine(s) per worker"
+    )
     lines.append("")
     rows = [["worker", "role", "GPUs", "rollout engines"]]
     rows += [[str(r["worker"]), r["role"], str(r["gpus"]), str(r["rolloutEngines"])] for r in placement(raw)]
     lines += _table(rows)
     lines.append("")
     m = raw["model"]
-    lines.append(f"model       {m['repoId']}@{m['revision']} (profile {m['profile']}, backend {m['trainBackend']})")
+    lines.append(
+        f"model       {m['repoId']}@{m['revision']} (profile {m['profile']}, backend {m['trainBackend']})"
+    )
     lines.append(f"  hf        {m['hfPath']}")
-    lines.append(f"  torch_dist {m['torchDistPath']}" + ("  (not used: fsdp)" if m["trainBackend"] == "fsdp" else ""))
+    lines.append(
+        f"  torch_dist {m['torchDistPath']}" + ("  (not used: fsdp)" if m["trainBackend"] == "fsdp" else "")
+    )
     lines.append(f"data        {raw['data']['promptData']}")
     for ev in raw["data"]["evalData"]:
         lines.append(f"  eval      {ev['name']}: {ev['path']}")
     lines.append(f"output      {raw['output']['dir']} (checkpoints {raw['output']['checkpointDir']})")
-    lines.append(f"reward      {raw['reward']['type']}" + (f" -> {raw['reward']['url']}" if raw["reward"]["url"] else ""))
-    lines.append(f"image       {raw['images']['miles']}" + ("  (rolling tag: pin a digest)"
-                                                           if raw["images"]["milesRollingTag"] else ""))
-    lines.append(f"job         {spec.submission_id()} on {raw['rayCluster']['dashboardUrl']}, resources "
-                 f"{raw['submit']['entrypointResources']}, on change: {raw['submit']['onChange']}")
-    lines.append(f"entrypoint  python3 {raw['train']['workdir']}/{raw['train']['entrypoint']} "
-                 f"$({raw['train']['modelArgsCommand']}) {' '.join(raw['train']['args'])}")
+    lines.append(
+        f"reward      {raw['reward']['type']}"
+        + (f" -> {raw['reward']['url']}" if raw["reward"]["url"] else "")
+    )
+    lines.append(
+        f"image       {raw['images']['miles']}"
+        + ("  (rolling tag: pin a digest)" if raw["images"]["milesRollingTag"] else "")
+    )
+    lines.append(
+        f"job         {spec.submission_id()} on {raw['rayCluster']['dashboardUrl']}, resources "
+        f"{raw['submit']['entrypointResources']}, on change: {raw['submit']['onChange']}"
+    )
+    lines.append(
+        f"entrypoint  python3 {raw['train']['workdir']}/{raw['train']['entrypoint']} "
+        f"$({raw['train']['modelArgsCommand']}) {' '.join(raw['train']['args'])}"
+    )
     if raw["secrets"]:
-        lines.append("secrets     " + ", ".join(f"{s['env']} <- {s['name']}/{s['key']}" for s in raw["secrets"]))
+        lines.append(
+            "secrets     " + ", ".join(f"{s['env']} <- {s['name']}/{s['key']}" for s in raw["secrets"])
+        )
     return "\n".join(lines)

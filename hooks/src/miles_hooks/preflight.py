@@ -27,7 +27,10 @@ LOG = log.get("preflight")
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 HYPERPOD_HEALTH = "sagemaker.amazonaws.com/node-health-status"
-OPERATOR_SELECTORS = ("app.kubernetes.io/name=kuberay-operator", "app.kubernetes.io/component=kuberay-operator")
+OPERATOR_SELECTORS = (
+    "app.kubernetes.io/name=kuberay-operator",
+    "app.kubernetes.io/component=kuberay-operator",
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Finding:
 
 
 # --------------------------------------------------------------------------- nodes (pure)
+
 
 def toleration_matches(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
     """Kubernetes toleration semantics for one taint."""
@@ -63,8 +67,12 @@ def toleration_matches(toleration: dict[str, Any], taint: dict[str, Any]) -> boo
 
 def untolerated_taints(node: dict[str, Any], tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     taints = (node.get("spec") or {}).get("taints") or []
-    return [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
-            and not any(toleration_matches(tol, t) for tol in tolerations)]
+    return [
+        t
+        for t in taints
+        if t.get("effect") in ("NoSchedule", "NoExecute")
+        and not any(toleration_matches(tol, t) for tol in tolerations)
+    ]
 
 
 def node_name(node: dict[str, Any]) -> str:
@@ -98,8 +106,9 @@ def allocatable(node: dict[str, Any], resource: str) -> int:
     return parse_count(((node.get("status") or {}).get("allocatable") or {}).get(resource))
 
 
-def capacity_reasons(node: dict[str, Any], gpu_resource: str, gpus: int, efa_resource: str,
-                     efa: int) -> list[str]:
+def capacity_reasons(
+    node: dict[str, Any], gpu_resource: str, gpus: int, efa_resource: str, efa: int
+) -> list[str]:
     """GPU and EFA fit of one worker pod on the node. A partial EFA request is a reason, not a warning."""
     reasons = []
     have_gpu = allocatable(node, gpu_resource)
@@ -110,9 +119,11 @@ def capacity_reasons(node: dict[str, Any], gpu_resource: str, gpus: int, efa_res
         if have_efa < efa:
             reasons.append(f"allocatable {efa_resource} is {have_efa}, a worker requests {efa}")
         elif have_efa > efa:
-            reasons.append(f"partial EFA request: a worker requests {efa} of the node's {have_efa} "
-                           f"{efa_resource} (all-reduce works, point-to-point fails with 'Unexpected number "
-                           f"of remote rails'); set the EFA count per worker (checks.nodes.efaPerNode) to {have_efa}")
+            reasons.append(
+                f"partial EFA request: a worker requests {efa} of the node's {have_efa} "
+                f"{efa_resource} (all-reduce works, point-to-point fails with 'Unexpected number "
+                f"of remote rails'); set the EFA count per worker (checks.nodes.efaPerNode) to {have_efa}"
+            )
     return reasons
 
 
@@ -131,7 +142,8 @@ def evaluate_workers(nodes: list[dict[str, Any]], raw: dict[str, Any]) -> list[F
     partial: dict[int, list[str]] = {}
     for node in matching:
         reasons = unschedulable_reasons(node, pool) + capacity_reasons(
-            node, chk["gpuResource"], gpus, chk["efaResource"], efa)
+            node, chk["gpuResource"], gpus, chk["efaResource"], efa
+        )
         have_efa = allocatable(node, chk["efaResource"])
         if efa > 0 and have_efa > efa:
             partial.setdefault(have_efa, []).append(node_name(node))
@@ -140,27 +152,48 @@ def evaluate_workers(nodes: list[dict[str, Any]], raw: dict[str, Any]) -> list[F
         else:
             usable.append(node_name(node))
             if efa == 0 and have_efa > 0:
-                findings.append(Finding(WARNING, f"node/{node_name(node)}",
-                                        f"EFA is off (checks.nodes.efaPerNode=0) but the node has {have_efa} "
-                                        f"{chk['efaResource']}; inter-node NCCL will use TCP sockets"))
+                findings.append(
+                    Finding(
+                        WARNING,
+                        f"node/{node_name(node)}",
+                        f"EFA is off (checks.nodes.efaPerNode=0) but the node has {have_efa} "
+                        f"{chk['efaResource']}; inter-node NCCL will use TCP sockets",
+                    )
+                )
     for have, names in sorted(partial.items()):
-        findings.append(Finding(ERROR, "checks.nodes.efaPerNode",
-                                f"workers request {efa} {chk['efaResource']} but node(s) {', '.join(names[:5])} "
-                                f"have {have}: a partial EFA request breaks point-to-point traffic; set it to {have}"))
+        findings.append(
+            Finding(
+                ERROR,
+                "checks.nodes.efaPerNode",
+                f"workers request {efa} {chk['efaResource']} but node(s) {', '.join(names[:5])} "
+                f"have {have}: a partial EFA request breaks point-to-point traffic; set it to {have}",
+            )
+        )
     sel = json.dumps(selector, sort_keys=True)
     if len(usable) < need:
         detail = "; ".join(rejected[:10]) + (f"; and {len(rejected) - 10} more" if len(rejected) > 10 else "")
-        findings.append(Finding(
-            ERROR, "rayCluster.worker",
-            f"need {need} schedulable worker node(s) matching nodeSelector {sel} with >= {gpus} "
-            f"{chk['gpuResource']}" + (f" and exactly {efa} {chk['efaResource']}" if efa else "")
-            + f"; found {len(usable)} usable of {len(matching)} matching (of {len(nodes)} nodes)"
-            + (f": {detail}" if detail else "")
-            + "; lower the node count (topology actor/rollout nodes) or fix the nodeSelector/tolerations"))
+        findings.append(
+            Finding(
+                ERROR,
+                "rayCluster.worker",
+                f"need {need} schedulable worker node(s) matching nodeSelector {sel} with >= {gpus} "
+                f"{chk['gpuResource']}"
+                + (f" and exactly {efa} {chk['efaResource']}" if efa else "")
+                + f"; found {len(usable)} usable of {len(matching)} matching (of {len(nodes)} nodes)"
+                + (f": {detail}" if detail else "")
+                + "; lower the node count (topology actor/rollout nodes) or fix the nodeSelector/tolerations",
+            )
+        )
     else:
-        findings.append(Finding(INFO, "rayCluster.worker",
-                                f"{len(usable)} usable worker node(s) for {need} worker(s): "
-                                + ", ".join(usable[:10]) + (" ..." if len(usable) > 10 else "")))
+        findings.append(
+            Finding(
+                INFO,
+                "rayCluster.worker",
+                f"{len(usable)} usable worker node(s) for {need} worker(s): "
+                + ", ".join(usable[:10])
+                + (" ..." if len(usable) > 10 else ""),
+            )
+        )
     return findings
 
 
@@ -173,17 +206,31 @@ def evaluate_head(nodes: list[dict[str, Any]], raw: dict[str, Any]) -> list[Find
     if head_gpus:
         ok = [n for n in ok if allocatable(n, raw["checks"]["nodes"]["gpuResource"]) >= head_gpus]
     if ok:
-        return [Finding(INFO, "rayCluster.head", f"head can run on {node_name(ok[0])}"
-                        + (f" and {len(ok) - 1} other node(s)" if len(ok) > 1 else ""))]
-    why = "; ".join(f"{node_name(n)}: {', '.join(unschedulable_reasons(n, pool)) or 'too few GPUs'}"
-                    for n in matching[:5])
-    return [Finding(ERROR, "rayCluster.head",
-                    f"no schedulable node for the Ray head: nodeSelector {json.dumps(selector, sort_keys=True)} "
-                    f"matches {len(matching)} node(s)" + (f" ({why})" if why else "")
-                    + "; set the head's nodeSelector/tolerations to an existing CPU pool")]
+        return [
+            Finding(
+                INFO,
+                "rayCluster.head",
+                f"head can run on {node_name(ok[0])}"
+                + (f" and {len(ok) - 1} other node(s)" if len(ok) > 1 else ""),
+            )
+        ]
+    why = "; ".join(
+        f"{node_name(n)}: {', '.join(unschedulable_reasons(n, pool)) or 'too few GPUs'}" for n in matching[:5]
+    )
+    return [
+        Finding(
+            ERROR,
+            "rayCluster.head",
+            f"no schedulable node for the Ray head: nodeSelector {json.dumps(selector, sort_keys=True)} "
+            f"matches {len(matching)} node(s)"
+            + (f" ({why})" if why else "")
+            + "; set the head's nodeSelector/tolerations to an existing CPU pool",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------- spec-only checks (pure)
+
 
 def topology_findings(raw: dict[str, Any]) -> list[Finding]:
     t = raw["topology"]
@@ -191,13 +238,30 @@ def topology_findings(raw: dict[str, Any]) -> list[Finding]:
 
     def expect(field: str, found: int, expected: int, why: str) -> None:
         if found != expected:
-            out.append(Finding(ERROR, f"topology.{field}", f"expected {expected} ({why}), found {found}; the "
-                               "chart computes the topology: re-render with a consistent chart or fix the values"))
+            out.append(
+                Finding(
+                    ERROR,
+                    f"topology.{field}",
+                    f"expected {expected} ({why}), found {found}; the "
+                    "chart computes the topology: re-render with a consistent chart or fix the values",
+                )
+            )
 
-    expect("actorGpus", t["actorGpus"], t["actorNodes"] * t["actorGpusPerNode"], "actorNodes x actorGpusPerNode")
-    expect("rolloutGpus", t["rolloutGpus"], t["rolloutEngines"] * t["rolloutGpusPerEngine"],
-           "rolloutEngines x rolloutGpusPerEngine")
-    expect("actorGpusPerNode", t["actorGpusPerNode"], t["gpusPerWorker"], "--num-gpus-per-node must equal GPUs per pod")
+    expect(
+        "actorGpus", t["actorGpus"], t["actorNodes"] * t["actorGpusPerNode"], "actorNodes x actorGpusPerNode"
+    )
+    expect(
+        "rolloutGpus",
+        t["rolloutGpus"],
+        t["rolloutEngines"] * t["rolloutGpusPerEngine"],
+        "rolloutEngines x rolloutGpusPerEngine",
+    )
+    expect(
+        "actorGpusPerNode",
+        t["actorGpusPerNode"],
+        t["gpusPerWorker"],
+        "--num-gpus-per-node must equal GPUs per pod",
+    )
     if t["colocate"]:
         expect("rolloutGpus", t["rolloutGpus"], t["actorGpus"], "colocated: rollout shares the actor GPUs")
         expect("rolloutWorkers", t["rolloutWorkers"], 0, "colocated")
@@ -206,34 +270,73 @@ def topology_findings(raw: dict[str, Any]) -> list[Finding]:
         per_worker = t["gpusPerWorker"] // t["rolloutGpusPerEngine"]
         expect("enginesPerWorker", t["enginesPerWorker"], per_worker, "gpusPerWorker / rolloutGpusPerEngine")
         if per_worker:
-            expect("rolloutWorkers", t["rolloutWorkers"], math.ceil(t["rolloutEngines"] / per_worker),
-                   "ceil(rolloutEngines / enginesPerWorker)")
-        expect("workerReplicas", t["workerReplicas"], t["actorNodes"] + t["rolloutWorkers"],
-               "actorNodes + rolloutWorkers")
-    expect("clusterGpus", t["clusterGpus"], t["workerReplicas"] * t["gpusPerWorker"], "workerReplicas x gpusPerWorker")
+            expect(
+                "rolloutWorkers",
+                t["rolloutWorkers"],
+                math.ceil(t["rolloutEngines"] / per_worker),
+                "ceil(rolloutEngines / enginesPerWorker)",
+            )
+        expect(
+            "workerReplicas",
+            t["workerReplicas"],
+            t["actorNodes"] + t["rolloutWorkers"],
+            "actorNodes + rolloutWorkers",
+        )
+    expect(
+        "clusterGpus",
+        t["clusterGpus"],
+        t["workerReplicas"] * t["gpusPerWorker"],
+        "workerReplicas x gpusPerWorker",
+    )
     model_parallel = t["tensorParallel"] * t["pipelineParallel"] * t["contextParallel"]
     if t["actorGpus"] % model_parallel:
-        out.append(Finding(ERROR, "topology.tensorParallel",
-                           f"actor GPUs ({t['actorGpus']}) must be a multiple of TP x PP x CP "
-                           f"({model_parallel}); change the parallelism or the actor node count"))
+        out.append(
+            Finding(
+                ERROR,
+                "topology.tensorParallel",
+                f"actor GPUs ({t['actorGpus']}) must be a multiple of TP x PP x CP "
+                f"({model_parallel}); change the parallelism or the actor node count",
+            )
+        )
     if t["actorGpus"] % t["expertParallel"]:
-        out.append(Finding(ERROR, "topology.expertParallel",
-                           f"actor GPUs ({t['actorGpus']}) must be a multiple of EP ({t['expertParallel']})"))
+        out.append(
+            Finding(
+                ERROR,
+                "topology.expertParallel",
+                f"actor GPUs ({t['actorGpus']}) must be a multiple of EP ({t['expertParallel']})",
+            )
+        )
     if t["rolloutGpusPerEngine"] > t["gpusPerWorker"]:
-        out.append(Finding(ERROR, "topology.rolloutGpusPerEngine",
-                           f"{t['rolloutGpusPerEngine']} GPUs per engine exceed the {t['gpusPerWorker']} GPUs of a worker"))
+        out.append(
+            Finding(
+                ERROR,
+                "topology.rolloutGpusPerEngine",
+                f"{t['rolloutGpusPerEngine']} GPUs per engine exceed the "
+                f"{t['gpusPerWorker']} GPUs of a worker",
+            )
+        )
     per_node = raw["checks"]["nodes"]["gpusPerNode"]
     if t["gpusPerWorker"] > per_node:
-        out.append(Finding(ERROR, "topology.gpusPerWorker",
-                           f"{t['gpusPerWorker']} GPUs per worker exceed checks.nodes.gpusPerNode={per_node}"))
+        out.append(
+            Finding(
+                ERROR,
+                "topology.gpusPerWorker",
+                f"{t['gpusPerWorker']} GPUs per worker exceed checks.nodes.gpusPerNode={per_node}",
+            )
+        )
     return out
 
 
 def image_findings(raw: dict[str, Any]) -> list[Finding]:
     if raw["images"]["milesRollingTag"]:
-        return [Finding(WARNING, "images.miles",
-                        f"{raw['images']['miles']} is a rolling tag: the Ray version and code can change under "
-                        "the release; pin a digest (image.digest) for reproducible runs")]
+        return [
+            Finding(
+                WARNING,
+                "images.miles",
+                f"{raw['images']['miles']} is a rolling tag: the Ray version and code can change under "
+                "the release; pin a digest (image.digest) for reproducible runs",
+            )
+        ]
     return []
 
 
@@ -241,7 +344,9 @@ def crd_served(discovery: Any) -> bool:
     """Does the ``/apis/ray.io/v1`` discovery document list ``rayclusters``?"""
     if not isinstance(discovery, dict):
         return False
-    return any(r.get("name") == "rayclusters" for r in discovery.get("resources") or [] if isinstance(r, dict))
+    return any(
+        r.get("name") == "rayclusters" for r in discovery.get("resources") or [] if isinstance(r, dict)
+    )
 
 
 def pvc_findings(pvc: dict[str, Any] | None, raw: dict[str, Any]) -> list[Finding]:
@@ -250,19 +355,35 @@ def pvc_findings(pvc: dict[str, Any] | None, raw: dict[str, Any]) -> list[Findin
     if st["createdByChart"]:
         return [Finding(INFO, subject, f"created by the chart ({st['kind']})")]
     if pvc is None:
-        return [Finding(ERROR, subject, f"not found in namespace {raw['release']['namespace']}; create it or set "
-                        "the chart's storage to create one (storage.kind / existing claim name)")]
+        return [
+            Finding(
+                ERROR,
+                subject,
+                f"not found in namespace {raw['release']['namespace']}; create it or set "
+                "the chart's storage to create one (storage.kind / existing claim name)",
+            )
+        ]
     out = []
     phase = (pvc.get("status") or {}).get("phase")
     if phase == "Pending":
-        out.append(Finding(WARNING, subject, "Pending: fine for WaitForFirstConsumer storage classes, else check "
-                           "the provisioner"))
+        out.append(
+            Finding(
+                WARNING,
+                subject,
+                "Pending: fine for WaitForFirstConsumer storage classes, else check the provisioner",
+            )
+        )
     elif phase != "Bound":
         out.append(Finding(ERROR, subject, f"phase {phase}, expected Bound"))
     modes = (pvc.get("spec") or {}).get("accessModes") or []
     if "ReadWriteMany" not in modes:
-        out.append(Finding(ERROR, subject, f"access modes {modes}; expected ReadWriteMany (every pod mounts the "
-                           "shared volume)"))
+        out.append(
+            Finding(
+                ERROR,
+                subject,
+                f"access modes {modes}; expected ReadWriteMany (every pod mounts the shared volume)",
+            )
+        )
     if not out:
         out.append(Finding(INFO, subject, "Bound, ReadWriteMany"))
     return out
@@ -276,13 +397,25 @@ def secret_findings(found: dict[str, dict[str, Any] | None], raw: dict[str, Any]
         level = ERROR if ref["required"] else WARNING
         secret = found.get(ref["name"])
         if secret is None:
-            out.append(Finding(level, subject, f"not found in namespace {raw['release']['namespace']} (for "
-                               f"{ref['purpose']}, env {ref['env']}); create it or change the secret name in values"))
+            out.append(
+                Finding(
+                    level,
+                    subject,
+                    f"not found in namespace {raw['release']['namespace']} (for "
+                    f"{ref['purpose']}, env {ref['env']}); create it or change the secret name in values",
+                )
+            )
             continue
         keys = set((secret.get("data") or {}).keys()) | set((secret.get("stringData") or {}).keys())
         if ref["key"] not in keys:
-            out.append(Finding(level, subject, f"has no key {ref['key']!r} (keys: {', '.join(sorted(keys)) or 'none'}); "
-                               "set the secret key in values"))
+            out.append(
+                Finding(
+                    level,
+                    subject,
+                    f"has no key {ref['key']!r} (keys: {', '.join(sorted(keys)) or 'none'}); "
+                    "set the secret key in values",
+                )
+            )
         else:
             out.append(Finding(INFO, subject, f"key {ref['key']!r} present"))
     return out
@@ -292,12 +425,23 @@ def prometheus_findings(service_exists: bool, raw: dict[str, Any]) -> list[Findi
     if not service_exists:
         return []
     if raw["runtimeEnv"]["envVars"].get("PROMETHEUS_PORT"):
-        return [Finding(INFO, "service/prometheus", "exists; Kubernetes injects PROMETHEUS_PORT=tcp://... into "
-                        "pods, which would crash miles' argument parsing: the chart overrides it with "
-                        f"PROMETHEUS_PORT={raw['runtimeEnv']['envVars']['PROMETHEUS_PORT']}")]
-    return [Finding(ERROR, "runtimeEnv.envVars.PROMETHEUS_PORT",
-                    "a Service named prometheus exists in the namespace, so pods get PROMETHEUS_PORT=tcp://...; "
-                    "miles crashes on it: expected PROMETHEUS_PORT=9090 in the runtime env, found none")]
+        return [
+            Finding(
+                INFO,
+                "service/prometheus",
+                "exists; Kubernetes injects PROMETHEUS_PORT=tcp://... into "
+                "pods, which would crash miles' argument parsing: the chart overrides it with "
+                f"PROMETHEUS_PORT={raw['runtimeEnv']['envVars']['PROMETHEUS_PORT']}",
+            )
+        ]
+    return [
+        Finding(
+            ERROR,
+            "runtimeEnv.envVars.PROMETHEUS_PORT",
+            "a Service named prometheus exists in the namespace, so pods get PROMETHEUS_PORT=tcp://...; "
+            "miles crashes on it: expected PROMETHEUS_PORT=9090 in the runtime env, found none",
+        )
+    ]
 
 
 def summarize(findings: Iterable[Finding]) -> list[Finding]:
@@ -306,12 +450,13 @@ def summarize(findings: Iterable[Finding]) -> list[Finding]:
 
 # --------------------------------------------------------------------------- gathering through the API
 
+
 def _node_dicts(api: Any) -> list[dict[str, Any]] | None:
     from miles_hooks.kube import status_of  # noqa: PLC0415
 
     try:
         nodes = api.core().list_node(limit=5000)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if status_of(exc) == 403:
             return None
         raise
@@ -329,24 +474,34 @@ def gather(spec: RunSpec, api: Any) -> list[Finding]:
     if raw["mode"] == "rayCluster":
         try:
             served = crd_served(api.get_json(f"/apis/{RAY_GROUP}/{RAY_VERSION}"))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if status_of(exc) != 404:
                 raise api_failure(f"discovery of {RAY_GROUP}/{RAY_VERSION}", exc) from exc
             served = False
         if served:
             findings.append(Finding(INFO, "crd/rayclusters.ray.io", "served at ray.io/v1"))
         else:
-            findings.append(Finding(ERROR, "crd/rayclusters.ray.io",
-                                    "not served at ray.io/v1: install the KubeRay operator (its CRDs) first, "
-                                    "or use mode: singleNode"))
+            findings.append(
+                Finding(
+                    ERROR,
+                    "crd/rayclusters.ray.io",
+                    "not served at ray.io/v1: install the KubeRay operator (its CRDs) first, "
+                    "or use mode: singleNode",
+                )
+            )
         findings.extend(_operator_findings(api))
 
     if raw["checks"]["nodes"]["enabled"]:
         nodes = _node_dicts(api)
         if nodes is None:
-            findings.append(Finding(ERROR, "checks.nodes.enabled",
-                                    "node checks are on but the hook cannot list nodes (403); enable the chart's "
-                                    "node-reader ClusterRole or set checks.nodes.enabled=false"))
+            findings.append(
+                Finding(
+                    ERROR,
+                    "checks.nodes.enabled",
+                    "node checks are on but the hook cannot list nodes (403); enable the chart's "
+                    "node-reader ClusterRole or set checks.nodes.enabled=false",
+                )
+            )
         else:
             findings.extend(evaluate_workers(nodes, raw))
             if raw["mode"] == "rayCluster":
@@ -358,9 +513,11 @@ def gather(spec: RunSpec, api: Any) -> list[Finding]:
     if not raw["storage"]["createdByChart"]:
         try:
             pvc = api.to_dict(core.read_namespaced_persistent_volume_claim(raw["storage"]["claimName"], ns))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if status_of(exc) != 404:
-                raise api_failure(f"reading persistentvolumeclaim/{raw['storage']['claimName']}", exc) from exc
+                raise api_failure(
+                    f"reading persistentvolumeclaim/{raw['storage']['claimName']}", exc
+                ) from exc
     findings.extend(pvc_findings(pvc, raw))
 
     found: dict[str, dict[str, Any] | None] = {}
@@ -371,7 +528,7 @@ def gather(spec: RunSpec, api: Any) -> list[Finding]:
             secret = core.read_namespaced_secret(ref["name"], ns)
             # keep only key names: values never leave this function
             found[ref["name"]] = {"data": dict.fromkeys((secret.data or {}).keys(), "")}
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if status_of(exc) != 404:
                 raise api_failure(f"reading secret/{ref['name']}", exc) from exc
             found[ref["name"]] = None
@@ -380,7 +537,7 @@ def gather(spec: RunSpec, api: Any) -> list[Finding]:
     try:
         core.read_namespaced_service("prometheus", ns)
         prometheus = True
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if status_of(exc) not in (404, 403):
             raise api_failure("reading service/prometheus", exc) from exc
         prometheus = False
@@ -395,17 +552,24 @@ def _operator_findings(api: Any) -> list[Finding]:
     for selector in OPERATOR_SELECTORS:
         try:
             pods = api.core().list_pod_for_all_namespaces(label_selector=selector, limit=50)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if status_of(exc) == 403:
-                return [Finding(INFO, "kuberay-operator", "not checked: no cluster-scope pod read for the hooks")]
+                return [
+                    Finding(INFO, "kuberay-operator", "not checked: no cluster-scope pod read for the hooks")
+                ]
             raise
         running += [p for p in pods.items if (p.status and p.status.phase == "Running")]
     if running:
         pod = running[0]
         return [Finding(INFO, "kuberay-operator", f"running: {pod.metadata.namespace}/{pod.metadata.name}")]
-    return [Finding(WARNING, "kuberay-operator",
-                    "no Running pod labelled app.kubernetes.io/name=kuberay-operator found; the RayCluster will "
-                    "not be reconciled unless the operator runs elsewhere")]
+    return [
+        Finding(
+            WARNING,
+            "kuberay-operator",
+            "no Running pod labelled app.kubernetes.io/name=kuberay-operator found; the RayCluster will "
+            "not be reconciled unless the operator runs elsewhere",
+        )
+    ]
 
 
 def report(findings: list[Finding]) -> None:

@@ -80,18 +80,27 @@ def safe_relpath(name: str) -> str:
     """A repo file name as a relative path that cannot escape the target directory."""
     p = PurePosixPath(name)
     if p.is_absolute() or ".." in p.parts or not p.parts:
-        raise BadInput(f"file name {name!r}: expected a relative path inside the repo, found one that "
-                       "escapes it")
+        raise BadInput(
+            f"file name {name!r}: expected a relative path inside the repo, found one that escapes it"
+        )
     return str(p)
 
 
 # --------------------------------------------------------------------------- markers (pure-ish)
 
+
 def build_marker(target: Target, resolved: str, files: list[dict[str, Any]], source: str) -> dict[str, Any]:
-    return {"kind": MARKER_KIND, "version": 1, "type": target.kind, "repoId": target.repo_id,
-            "revision": target.revision, "resolvedRevision": resolved, "source": source,
-            "files": sorted(files, key=lambda f: str(f["name"])),
-            "completedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "kind": MARKER_KIND,
+        "version": 1,
+        "type": target.kind,
+        "repoId": target.repo_id,
+        "revision": target.revision,
+        "resolvedRevision": resolved,
+        "source": source,
+        "files": sorted(files, key=lambda f: str(f["name"])),
+        "completedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def marker_mismatch(target: Target, marker: Any) -> str | None:
@@ -150,8 +159,11 @@ class LocalSource:
         base = self._repo_dir(target)
         if not base.is_dir():
             raise CheckFailed(f"{target.label} not found in {self.describe()}: expected directory {base}")
-        files = [RemoteFile(str(p.relative_to(base)), p.stat().st_size, None)
-                 for p in sorted(base.rglob("*")) if p.is_file()]
+        files = [
+            RemoteFile(str(p.relative_to(base)), p.stat().st_size, None)
+            for p in sorted(base.rglob("*"))
+            if p.is_file()
+        ]
         return target.revision, files
 
     def fetch(self, target: Target, resolved: str, f: RemoteFile, dest: Path, progress: Progress) -> None:
@@ -193,16 +205,18 @@ class HubSource:
         from huggingface_hub import HfApi  # noqa: PLC0415
 
         api = HfApi(endpoint=self.endpoint, token=self._token)
+        info: Any
         try:
             if target.kind == "model":
                 info = api.model_info(target.repo_id, revision=target.revision, files_metadata=True)
             else:
                 info = api.dataset_info(target.repo_id, revision=target.revision, files_metadata=True)
-        except Exception as exc:  # noqa: BLE001 - hub errors have many types; report them all the same way
+        except Exception as exc:
             raise CheckFailed(
                 f"cannot list {target.label} on {self.describe()}: {type(exc).__name__}: {_short(exc)}; "
                 "check the repo id and revision (model.repoId/model.revision or data.datasets[]), the "
-                "network path to the hub, and the token Secret for gated repos") from exc
+                "network path to the hub, and the token Secret for gated repos"
+            ) from exc
         files = []
         for s in info.siblings or []:
             lfs = getattr(s, "lfs", None)
@@ -222,12 +236,21 @@ class HubSource:
                 return None
 
         try:
-            hf_hub_download(target.repo_id, f.name, repo_type=target.kind, revision=resolved,
-                            local_dir=str(target.directory), token=self._token, endpoint=self.endpoint,
-                            tqdm_class=_LogBar)
-        except Exception as exc:  # noqa: BLE001
-            raise CheckFailed(f"downloading {f.name} of {target.label} failed: {type(exc).__name__}: "
-                              f"{_short(exc)}; re-run prepare-data to resume") from exc
+            hf_hub_download(
+                target.repo_id,
+                f.name,
+                repo_type=target.kind,
+                revision=resolved,
+                local_dir=str(target.directory),
+                token=self._token,
+                endpoint=self.endpoint,
+                tqdm_class=_LogBar,
+            )
+        except Exception as exc:
+            raise CheckFailed(
+                f"downloading {f.name} of {target.label} failed: {type(exc).__name__}: "
+                f"{_short(exc)}; re-run prepare-data to resume"
+            ) from exc
 
 
 def _short(exc: BaseException) -> str:
@@ -247,11 +270,21 @@ class _ProgressLog:
         if now - self.last >= _PROGRESS_EVERY_S:
             self.last = now
             pct = f"{100.0 * self.done / self.total:.0f}%" if self.total else "?"
-            LOG.info("downloading", extra={"fields": {"target": self.label, "file": self.name, "progress": pct,
-                                                      "bytes": fsutil.human_bytes(self.done)}})
+            LOG.info(
+                "downloading",
+                extra={
+                    "fields": {
+                        "target": self.label,
+                        "file": self.name,
+                        "progress": pct,
+                        "bytes": fsutil.human_bytes(self.done),
+                    }
+                },
+            )
 
 
 # --------------------------------------------------------------------------- orchestration
+
 
 def hf_token(raw: dict[str, Any]) -> str | None:
     names = [s["env"] for s in raw["secrets"] if s["purpose"] == "huggingface"] or ["HF_TOKEN"]
@@ -279,9 +312,11 @@ def _wanted(target: Target, listing: list[RemoteFile]) -> list[RemoteFile]:
         return wanted
     missing = [name for name in target.files if name not in by_name]
     if missing:
-        raise CheckFailed(f"{target.label}: file(s) {', '.join(missing)} not in the repo at that revision; "
-                          f"expected them to exist (data.datasets[].files); the repo has: "
-                          + ", ".join(sorted(by_name)[:20]))
+        raise CheckFailed(
+            f"{target.label}: file(s) {', '.join(missing)} not in the repo at that revision; "
+            f"expected them to exist (data.datasets[].files); the repo has: "
+            + ", ".join(sorted(by_name)[:20])
+        )
     return [by_name[name] for name in target.files]
 
 
@@ -301,18 +336,45 @@ def ensure(target: Target, source: Source) -> dict[str, Any]:
     marker = fsutil.read_json(target.marker)
     why = marker_mismatch(target, marker)
     if why is None:
-        LOG.info("already prepared; skipping", extra={"fields": {"target": target.label,
-                 "dir": str(target.directory), "seconds": round(time.monotonic() - started, 4)}})
-        return {"target": target.label, "skipped": True, "files": len(marker["files"])}
-    LOG.info("preparing", extra={"fields": {"target": target.label, "dir": str(target.directory),
-                                            "reason": why, "source": source.describe()}})
+        LOG.info(
+            "already prepared; skipping",
+            extra={
+                "fields": {
+                    "target": target.label,
+                    "dir": str(target.directory),
+                    "seconds": round(time.monotonic() - started, 4),
+                }
+            },
+        )
+        files = marker.get("files") if isinstance(marker, dict) else None
+        return {"target": target.label, "skipped": True, "files": len(files or [])}
+    LOG.info(
+        "preparing",
+        extra={
+            "fields": {
+                "target": target.label,
+                "dir": str(target.directory),
+                "reason": why,
+                "source": source.describe(),
+            }
+        },
+    )
     with contextlib.suppress(FileNotFoundError):
         target.marker.unlink()  # never leave a marker claiming files we are about to change
     resolved, listing = source.list_files(target)
     wanted = _wanted(target, listing)
     total = sum(f.size or 0 for f in wanted)
-    LOG.info("files to check", extra={"fields": {"target": target.label, "resolved": resolved,
-                                                 "files": len(wanted), "total": fsutil.human_bytes(total)}})
+    LOG.info(
+        "files to check",
+        extra={
+            "fields": {
+                "target": target.label,
+                "resolved": resolved,
+                "files": len(wanted),
+                "total": fsutil.human_bytes(total),
+            }
+        },
+    )
     target.directory.mkdir(parents=True, exist_ok=True)
     fetched = 0
     records: list[dict[str, Any]] = []
@@ -321,23 +383,46 @@ def ensure(target: Target, source: Source) -> dict[str, Any]:
         if _present_ok(dest, f):
             LOG.debug("present", extra={"fields": {"file": f.name}})
         else:
-            LOG.info(f"fetching file {i}/{len(wanted)}", extra={"fields": {
-                "target": target.label, "file": f.name,
-                "size": fsutil.human_bytes(f.size) if f.size is not None else "?"}})
+            LOG.info(
+                f"fetching file {i}/{len(wanted)}",
+                extra={
+                    "fields": {
+                        "target": target.label,
+                        "file": f.name,
+                        "size": fsutil.human_bytes(f.size) if f.size is not None else "?",
+                    }
+                },
+            )
             source.fetch(target, resolved, f, dest, _ProgressLog(target.label, f.name, f.size))
             fetched += 1
         size = dest.stat().st_size
         digest = fsutil.sha256_file(dest)
         if (f.size is not None and size != f.size) or (f.sha256 and digest != f.sha256):
             dest.unlink()
-            raise CheckFailed(f"{target.label}: {f.name} is corrupt after download (expected size {f.size} "
-                              f"sha256 {f.sha256}, found {size} {digest}); deleted it, re-run prepare-data")
+            raise CheckFailed(
+                f"{target.label}: {f.name} is corrupt after download (expected size {f.size} "
+                f"sha256 {f.sha256}, found {size} {digest}); deleted it, re-run prepare-data"
+            )
         records.append({"name": f.name, "size": size, "sha256": digest})
     fsutil.atomic_write_json(target.marker, build_marker(target, resolved, records, source.describe()))
-    LOG.info("prepared", extra={"fields": {"target": target.label, "fetched": fetched, "files": len(records),
-                                           "seconds": round(time.monotonic() - started, 2)}})
-    return {"target": target.label, "skipped": False, "fetched": fetched, "files": len(records),
-            "resolvedRevision": resolved}
+    LOG.info(
+        "prepared",
+        extra={
+            "fields": {
+                "target": target.label,
+                "fetched": fetched,
+                "files": len(records),
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        },
+    )
+    return {
+        "target": target.label,
+        "skipped": False,
+        "fetched": fetched,
+        "files": len(records),
+        "resolvedRevision": resolved,
+    }
 
 
 def check_present(target: Target) -> dict[str, Any]:
@@ -348,14 +433,21 @@ def check_present(target: Target) -> dict[str, Any]:
     if target.files is not None:
         missing = [str(target.directory / n) for n in target.files if not (target.directory / n).is_file()]
     else:
-        missing = [] if (target.directory / "config.json").is_file() else [str(target.directory / "config.json")]
+        missing = (
+            [] if (target.directory / "config.json").is_file() else [str(target.directory / "config.json")]
+        )
         if not any(target.directory.glob("*.safetensors")) and not any(target.directory.glob("*.bin")):
             missing.append(str(target.directory / "*.safetensors"))
     if missing:
-        raise CheckFailed(f"{target.label} is not on the shared volume and downloads are off: missing "
-                          + ", ".join(missing) + "; set prepare.download=true or pre-populate the volume")
-    LOG.warning("files present without a completion marker; accepted because downloads are off",
-                extra={"fields": {"target": target.label, "reason": why}})
+        raise CheckFailed(
+            f"{target.label} is not on the shared volume and downloads are off: missing "
+            + ", ".join(missing)
+            + "; set prepare.download=true or pre-populate the volume"
+        )
+    LOG.warning(
+        "files present without a completion marker; accepted because downloads are off",
+        extra={"fields": {"target": target.label, "reason": why}},
+    )
     return {"target": target.label, "skipped": True, "unverified": True}
 
 

@@ -25,7 +25,8 @@ def client(address: str, attempts: int = 3, delay: float = 2.0) -> Any:
                 time.sleep(delay)
     raise CheckFailed(
         f"Ray dashboard at {address} is not reachable: {last}; expected the head service of the "
-        "RayCluster to answer (check rayCluster.dashboardUrl and that wait-ready passed)")
+        "RayCluster to answer (check rayCluster.dashboardUrl and that wait-ready passed)"
+    )
 
 
 def is_not_found(exc: BaseException) -> bool:

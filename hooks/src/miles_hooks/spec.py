@@ -24,7 +24,14 @@ DEFAULT_SPEC_PATH = "/etc/miles/run.json"
 # id); everything else (release revision, chart version, hooks image, check thresholds, prepare and
 # convert settings) can change on `helm upgrade` without restarting training.
 JOB_DEFINING_KEYS: tuple[str, ...] = (
-    "mode", "topology", "model", "data", "output", "train", "runtimeEnv", "reward",
+    "mode",
+    "topology",
+    "model",
+    "data",
+    "output",
+    "train",
+    "runtimeEnv",
+    "reward",
 )
 JOB_DEFINING_SUBKEYS: dict[str, tuple[str, ...]] = {
     "images": ("miles",),
@@ -93,8 +100,10 @@ def _describe(error: Any) -> str:
     if validator == "additionalProperties":
         allowed = sorted((error.schema.get("properties") or {}).keys())
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
-        return (f"{where}: unknown field(s) {', '.join(extra)} (this hooks version knows: "
-                f"{', '.join(allowed)}); chart and hooks image versions probably differ")
+        return (
+            f"{where}: unknown field(s) {', '.join(extra)} (this hooks version knows: "
+            f"{', '.join(allowed)}); chart and hooks image versions probably differ"
+        )
     if validator == "enum":
         expected = "one of " + ", ".join(json.dumps(v) for v in error.validator_value)
     elif validator == "const":
@@ -103,9 +112,7 @@ def _describe(error: Any) -> str:
         expected = f"type {error.validator_value}"
     elif validator == "pattern":
         expected = f"a string matching {error.validator_value}"
-    elif validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        expected = f"{validator} {error.validator_value}"
-    elif validator in ("minLength", "minItems"):
+    elif validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minLength", "minItems"):
         expected = f"{validator} {error.validator_value}"
     else:
         expected = f"{validator} {json.dumps(error.validator_value, default=str)}"
@@ -118,20 +125,20 @@ def validate(raw: Any, source: str = "run spec") -> list[str]:
         return [f"(top level): expected a JSON object, found {type(raw).__name__}"]
     version = raw.get("schemaVersion")
     if version != SCHEMA_VERSION:
-        return [f"schemaVersion: expected {SCHEMA_VERSION} (this hooks image), found {json.dumps(version)}; "
-                "use a hooks image that matches the chart version"]
+        return [
+            f"schemaVersion: expected {SCHEMA_VERSION} (this hooks image), found {json.dumps(version)}; "
+            "use a hooks image that matches the chart version"
+        ]
     problems: list[str] = []
     try:
         import jsonschema  # noqa: PLC0415 - lazy on purpose (import weight contract)
     except ImportError:  # pragma: no cover - only inside an image without jsonschema
-        jsonschema = None
-    if jsonschema is not None:
+        missing = [k for k in schema()["required"] if k not in raw]
+        problems.extend(f"{k}: required field missing" for k in missing)
+    else:
         validator = jsonschema.Draft7Validator(schema())
         errors = sorted(validator.iter_errors(raw), key=lambda e: [str(p) for p in e.absolute_path])
         problems.extend(_describe(e) for e in errors)
-    else:
-        missing = [k for k in schema()["required"] if k not in raw]
-        problems.extend(f"{k}: required field missing" for k in missing)
     if problems:
         return problems
     return semantic_problems(raw)
@@ -144,11 +151,15 @@ def semantic_problems(raw: dict[str, Any]) -> list[str]:
     secret_envs = {s["env"] for s in raw["secrets"]}
     for name in sorted(env_vars):
         if name in secret_envs:
-            problems.append(f"runtimeEnv.envVars.{name}: expected no value for an env var that comes from a "
-                            "Secret (it is listed in secrets[]), found one; remove it from the runtime env")
+            problems.append(
+                f"runtimeEnv.envVars.{name}: expected no value for an env var that comes from a "
+                "Secret (it is listed in secrets[]), found one; remove it from the runtime env"
+            )
         elif _SECRET_NAME.search(name):
-            problems.append(f"runtimeEnv.envVars.{name}: expected credentials only by Secret reference, found "
-                            "a plain value for a credential-like name; move it to a Secret (existingSecret + key)")
+            problems.append(
+                f"runtimeEnv.envVars.{name}: expected credentials only by Secret reference, found "
+                "a plain value for a credential-like name; move it to a Secret (existingSecret + key)"
+            )
     return problems
 
 
@@ -156,12 +167,15 @@ def parse(text: str, source: str) -> RunSpec:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpecError(f"run spec {source} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                        f"column {exc.colno}") from exc
+        raise SpecError(
+            f"run spec {source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
     problems = validate(raw, source)
     if problems:
-        raise SpecError(f"run spec {source} does not match the schema of miles-hooks "
-                        f"(schemaVersion {SCHEMA_VERSION}):", problems)
+        raise SpecError(
+            f"run spec {source} does not match the schema of miles-hooks (schemaVersion {SCHEMA_VERSION}):",
+            problems,
+        )
     return RunSpec(raw=raw, path=source)
 
 
@@ -170,8 +184,10 @@ def load(path: str | Path) -> RunSpec:
     try:
         text = p.read_text("utf-8")
     except FileNotFoundError as exc:
-        raise SpecError(f"run spec not found at {p}: expected the ConfigMap <fullname>-run mounted at "
-                        "/etc/miles (or pass --spec PATH)") from exc
+        raise SpecError(
+            f"run spec not found at {p}: expected the ConfigMap <fullname>-run mounted at "
+            "/etc/miles (or pass --spec PATH)"
+        ) from exc
     except OSError as exc:
         raise SpecError(f"run spec {p} cannot be read: {exc.strerror}") from exc
     return parse(text, str(p))

@@ -41,14 +41,25 @@ def tail(text: str, lines: int) -> list[str]:
 def collect(spec: RunSpec, log_lines: int = 20, kube: bool = False) -> dict[str, Any]:
     sid = spec.submission_id()
     healthy, detail = gcs_health(spec.dashboard_url)
-    result: dict[str, Any] = {"submissionId": sid, "gcsHealthy": healthy, "gcsDetail": detail,
-                              "job": None, "logTail": [], "rayCluster": None}
+    result: dict[str, Any] = {
+        "submissionId": sid,
+        "gcsHealthy": healthy,
+        "gcsDetail": detail,
+        "job": None,
+        "logTail": [],
+        "rayCluster": None,
+    }
     if healthy:
         cl = rayjobs.client(spec.dashboard_url, attempts=1)
         job = rayjobs.get_job(cl, sid)
         if job is not None:
-            result["job"] = {"state": rayjobs.status_name(job.status), "message": job.message,
-                             "entrypoint": job.entrypoint, "startTime": job.start_time, "endTime": job.end_time}
+            result["job"] = {
+                "state": rayjobs.status_name(job.status),
+                "message": job.message,
+                "entrypoint": job.entrypoint,
+                "startTime": job.start_time,
+                "endTime": job.end_time,
+            }
             try:
                 result["logTail"] = tail(cl.get_job_logs(sid), log_lines)
             except RuntimeError as exc:
@@ -68,7 +79,9 @@ def problems(result: dict[str, Any]) -> list[str]:
     if result["gcsHealthy"] and job is None:
         out.append(f"no Ray job {result['submissionId']} (expected the submit hook to have created it)")
     elif job is not None and job["state"] in ("FAILED", "STOPPED"):
-        out.append(f"Ray job {result['submissionId']} is {job['state']}: {job.get('message') or ''}".rstrip(": "))
+        out.append(
+            f"Ray job {result['submissionId']} is {job['state']}: {job.get('message') or ''}".rstrip(": ")
+        )
     cluster = result.get("rayCluster")
     if isinstance(cluster, dict) and not cluster.get("ready", False):
         out.append("RayCluster not ready: " + "; ".join(cluster.get("reasons") or ["unknown"]))
@@ -86,8 +99,10 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"job message   : {job['message']}")
     cluster = result.get("rayCluster")
     if isinstance(cluster, dict):
-        lines.append(f"raycluster    : {'ready' if cluster.get('ready') else 'NOT READY'} "
-                     + "; ".join(cluster.get("reasons") or []))
+        lines.append(
+            f"raycluster    : {'ready' if cluster.get('ready') else 'NOT READY'} "
+            + "; ".join(cluster.get("reasons") or [])
+        )
     if result["logTail"]:
         lines.append("recent job log:")
         lines.extend(f"  | {line}" for line in result["logTail"])

@@ -45,16 +45,21 @@ def build_entrypoint(raw: dict[str, Any]) -> str:
     script = posixpath.join(workdir, str(train["entrypoint"]))
     args = " ".join(shlex.quote(str(a)) for a in train["args"])
     profile = str(raw["model"]["profile"])
-    body = "; ".join([
-        "set -eo pipefail",
-        f"cd {shlex.quote(workdir)}",
-        f"MODEL_ARGS=$({train['modelArgsCommand']})",
-        'if [ -z "${MODEL_ARGS//[[:space:]]/}" ]; then echo '
-        + shlex.quote(f"miles-hooks: the model args command for profile {profile} printed nothing "
-                      "(train.modelArgsCommand)") + " >&2; exit 2; fi",
-        "set -f",
-        f"exec python3 {shlex.quote(script)} $MODEL_ARGS" + (f" {args}" if args else ""),
-    ])
+    body = "; ".join(
+        [
+            "set -eo pipefail",
+            f"cd {shlex.quote(workdir)}",
+            f"MODEL_ARGS=$({train['modelArgsCommand']})",
+            'if [ -z "${MODEL_ARGS//[[:space:]]/}" ]; then echo '
+            + shlex.quote(
+                f"miles-hooks: the model args command for profile {profile} printed nothing "
+                "(train.modelArgsCommand)"
+            )
+            + " >&2; exit 2; fi",
+            "set -f",
+            f"exec python3 {shlex.quote(script)} $MODEL_ARGS" + (f" {args}" if args else ""),
+        ]
+    )
     return "bash -c " + shlex.quote(body)
 
 
@@ -85,8 +90,10 @@ def image_digest(image: str) -> str | None:
 
 def is_same_release(meta: dict[str, str] | None, raw: dict[str, Any]) -> bool:
     meta = meta or {}
-    return (meta.get(META_RELEASE) == raw["release"]["name"]
-            and meta.get(META_NAMESPACE) == raw["release"]["namespace"])
+    return bool(
+        meta.get(META_RELEASE) == raw["release"]["name"]
+        and meta.get(META_NAMESPACE) == raw["release"]["namespace"]
+    )
 
 
 def previous_active(jobs: list[Any], raw: dict[str, Any], sid: str) -> list[Any]:
@@ -100,8 +107,9 @@ def previous_active(jobs: list[Any], raw: dict[str, Any], sid: str) -> list[Any]
     return out
 
 
-def provenance_record(spec: RunSpec, sid: str, entrypoint: str, submitted_at: float,
-                      cluster_version: str | None, created: bool) -> dict[str, Any]:
+def provenance_record(
+    spec: RunSpec, sid: str, entrypoint: str, submitted_at: float, cluster_version: str | None, created: bool
+) -> dict[str, Any]:
     raw = spec.raw
     prepared = fsutil.read_json(posixpath.join(raw["model"]["hfPath"], ".miles-hooks-prepared.json"))
     resolved = prepared.get("resolvedRevision") if isinstance(prepared, dict) else None
@@ -113,14 +121,27 @@ def provenance_record(spec: RunSpec, sid: str, entrypoint: str, submitted_at: fl
         "createdBySubmit": created,
         "submittedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(submitted_at)),
         "release": raw["release"],
-        "images": {"miles": raw["images"]["miles"], "milesDigest": image_digest(raw["images"]["miles"]),
-                   "milesRollingTag": raw["images"]["milesRollingTag"], "hooks": raw["images"]["hooks"]},
-        "model": {"repoId": raw["model"]["repoId"], "revision": raw["model"]["revision"],
-                  "resolvedRevision": resolved, "profile": raw["model"]["profile"]},
-        "datasets": [{"repoId": d["repoId"], "revision": d["revision"], "files": d["files"]}
-                     for d in raw["data"]["datasets"]],
-        "ray": {"dashboardUrl": raw["rayCluster"]["dashboardUrl"], "declaredVersion":
-                raw["rayCluster"]["rayVersion"], "clusterVersion": cluster_version},
+        "images": {
+            "miles": raw["images"]["miles"],
+            "milesDigest": image_digest(raw["images"]["miles"]),
+            "milesRollingTag": raw["images"]["milesRollingTag"],
+            "hooks": raw["images"]["hooks"],
+        },
+        "model": {
+            "repoId": raw["model"]["repoId"],
+            "revision": raw["model"]["revision"],
+            "resolvedRevision": resolved,
+            "profile": raw["model"]["profile"],
+        },
+        "datasets": [
+            {"repoId": d["repoId"], "revision": d["revision"], "files": d["files"]}
+            for d in raw["data"]["datasets"]
+        ],
+        "ray": {
+            "dashboardUrl": raw["rayCluster"]["dashboardUrl"],
+            "declaredVersion": raw["rayCluster"]["rayVersion"],
+            "clusterVersion": cluster_version,
+        },
         "entrypoint": entrypoint,
         "entrypointResources": entrypoint_resources(raw),
         "secretsByReference": [{"name": s["name"], "key": s["key"], "env": s["env"]} for s in raw["secrets"]],
@@ -131,19 +152,22 @@ def provenance_record(spec: RunSpec, sid: str, entrypoint: str, submitted_at: fl
 def _cluster_version(cl: Any) -> str | None:
     try:
         version = cl.get_version()
-    except Exception:  # noqa: BLE001 - provenance is best effort here
+    except Exception:
         return None
     return str(version) if version else None
 
 
-def write_provenance(spec: RunSpec, sid: str, entrypoint: str, submitted_at: float, cl: Any,
-                     created: bool) -> str:
+def write_provenance(
+    spec: RunSpec, sid: str, entrypoint: str, submitted_at: float, cl: Any, created: bool
+) -> str:
     path = str(spec.raw["output"]["provenanceFile"])
     existing = fsutil.read_json(path)
     record = provenance_record(spec, sid, entrypoint, submitted_at, _cluster_version(cl), created)
     if isinstance(existing, dict) and existing.get("submissionId") not in (None, sid):
         previous = list(existing.get("previousSubmissions") or [])
-        previous.append({"submissionId": existing.get("submissionId"), "submittedAt": existing.get("submittedAt")})
+        previous.append(
+            {"submissionId": existing.get("submissionId"), "submittedAt": existing.get("submittedAt")}
+        )
         record["previousSubmissions"] = previous[-20:]
     elif isinstance(existing, dict) and existing.get("submissionId") == sid:
         record["previousSubmissions"] = existing.get("previousSubmissions") or []
@@ -152,8 +176,10 @@ def write_provenance(spec: RunSpec, sid: str, entrypoint: str, submitted_at: flo
     try:
         fsutil.atomic_write_json(path, record)
     except OSError as exc:
-        raise CheckFailed(f"cannot write the provenance record {path}: {exc.strerror}; expected the shared "
-                          "volume to be mounted writable (output.provenanceFile)") from exc
+        raise CheckFailed(
+            f"cannot write the provenance record {path}: {exc.strerror}; expected the shared "
+            "volume to be mounted writable (output.provenanceFile)"
+        ) from exc
     return path
 
 
@@ -161,19 +187,31 @@ def run(spec: RunSpec, stop_timeout: float = 300.0, dry_run: bool = False) -> di
     raw = spec.raw
     sid = spec.submission_id()
     entrypoint = build_entrypoint(raw)
-    LOG.info("run spec resolved", extra={"fields": {"submission_id": sid, "job_hash": spec.job_hash()[:12],
-                                                      "dashboard": spec.dashboard_url}})
+    LOG.info(
+        "run spec resolved",
+        extra={
+            "fields": {
+                "submission_id": sid,
+                "job_hash": spec.job_hash()[:12],
+                "dashboard": spec.dashboard_url,
+            }
+        },
+    )
     if dry_run:
         return {"submissionId": sid, "entrypoint": entrypoint, "created": False, "dryRun": True}
     cl = rayjobs.client(spec.dashboard_url)
     existing = rayjobs.get_job(cl, sid)
     if existing is not None:
         state = rayjobs.status_name(existing.status)
-        LOG.info("a job for this run spec already exists; nothing to submit",
-                 extra={"fields": {"submission_id": sid, "state": state}})
+        LOG.info(
+            "a job for this run spec already exists; nothing to submit",
+            extra={"fields": {"submission_id": sid, "state": state}},
+        )
         if state == "FAILED":
-            LOG.warning("that job has FAILED; change the spec (or delete the job) to run again",
-                        extra={"fields": {"message": existing.message}})
+            LOG.warning(
+                "that job has FAILED; change the spec (or delete the job) to run again",
+                extra={"fields": {"message": existing.message}},
+            )
         started = (existing.start_time or time.time() * 1000) / 1000.0
         path = write_provenance(spec, sid, entrypoint, started, cl, created=False)
         return {"submissionId": sid, "created": False, "state": state, "provenance": path}
@@ -185,28 +223,44 @@ def run(spec: RunSpec, stop_timeout: float = 300.0, dry_run: bool = False) -> di
             raise CheckFailed(
                 f"the run spec changed while job(s) {ids} of release {spec.release} are still running; "
                 "expected no active job with a different spec (submit.onChange is 'fail'). Stop the job, "
-                "or set submit.onChange=restart to stop it automatically")
+                "or set submit.onChange=restart to stop it automatically"
+            )
         for job in active:
-            LOG.info("the run spec changed: stopping the previous job",
-                     extra={"fields": {"previous": job.submission_id, "new": sid}})
+            LOG.info(
+                "the run spec changed: stopping the previous job",
+                extra={"fields": {"previous": job.submission_id, "new": sid}},
+            )
             cl.stop_job(job.submission_id)
         for job in active:
             state = rayjobs.wait_terminal(cl, job.submission_id, stop_timeout)
-            LOG.info("previous job stopped", extra={"fields": {"previous": job.submission_id, "state": state}})
+            LOG.info(
+                "previous job stopped", extra={"fields": {"previous": job.submission_id, "state": state}}
+            )
 
     submitted_at = time.time()
     try:
-        rayjobs.submit_job(cl, entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env(raw),
-                           entrypoint_resources=entrypoint_resources(raw), metadata=metadata(raw))
+        rayjobs.submit_job(
+            cl,
+            entrypoint=entrypoint,
+            submission_id=sid,
+            runtime_env=runtime_env(raw),
+            entrypoint_resources=entrypoint_resources(raw),
+            metadata=metadata(raw),
+        )
         created = True
     except RuntimeError as exc:
         # A concurrent submit (or a retried POST) may have created it: Ray answers 500 for duplicates.
         if rayjobs.get_job(cl, sid) is None:
             raise CheckFailed(f"submitting Ray job {sid} failed: {exc}") from exc
-        LOG.info("the job appeared concurrently; treating it as submitted", extra={"fields": {"submission_id": sid}})
+        LOG.info(
+            "the job appeared concurrently; treating it as submitted",
+            extra={"fields": {"submission_id": sid}},
+        )
         created = False
-    LOG.info("job submitted" if created else "job present",
-             extra={"fields": {"submission_id": sid, "entrypoint_resources": entrypoint_resources(raw)}})
+    LOG.info(
+        "job submitted" if created else "job present",
+        extra={"fields": {"submission_id": sid, "entrypoint_resources": entrypoint_resources(raw)}},
+    )
     path = write_provenance(spec, sid, entrypoint, submitted_at, cl, created=created)
     LOG.info("provenance recorded", extra={"fields": {"path": path}})
     return {"submissionId": sid, "created": created, "state": "PENDING", "provenance": path}

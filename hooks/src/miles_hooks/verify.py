@@ -49,37 +49,54 @@ def node_problems(nodes: list[dict[str, Any]], raw: dict[str, Any]) -> tuple[lis
         total = head.get("resources_total") or {}
         cpus, gpus = float(total.get("CPU", 0)), float(total.get("GPU", 0))
         if head_gpus == 0 and (cpus != 0 or gpus != 0):
-            problems.append(f"head {head.get('node_ip')} advertises CPU={cpus:g} GPU={gpus:g}; expected 0 and 0 "
-                            "(rayStartParams num-cpus/num-gpus \"0\") so that no CUDA-needing actor lands on it")
+            problems.append(
+                f"head {head.get('node_ip')} advertises CPU={cpus:g} GPU={gpus:g}; expected 0 and 0 "
+                '(rayStartParams num-cpus/num-gpus "0") so that no CUDA-needing actor lands on it'
+            )
         if head_gpus > 0 and gpus < head_gpus:
-            problems.append(f"head {head.get('node_ip')} advertises GPU={gpus:g}; expected {head_gpus} "
-                            "(rayCluster.headGpus)")
+            problems.append(
+                f"head {head.get('node_ip')} advertises GPU={gpus:g}; expected {head_gpus} "
+                "(rayCluster.headGpus)"
+            )
     workers = [n for n in alive if (n.get("resources_total") or {}).get(res_name, 0) > 0]
     for n in alive:
         if not n.get("is_head_node") and n not in workers:
-            problems.append(f"node {n.get('node_ip')} has no {res_name!r} resource; every GPU worker must start "
-                            f"with --resources '{{\"{res_name}\": 1}}' (the job driver needs it)")
+            problems.append(
+                f"node {n.get('node_ip')} has no {res_name!r} resource; every GPU worker must start "
+                f"with --resources '{{\"{res_name}\": 1}}' (the job driver needs it)"
+            )
     if len(workers) != topo["workerReplicas"]:
-        problems.append(f"expected {topo['workerReplicas']} alive worker(s) with {res_name!r} "
-                        f"(topology.workerReplicas), found {len(workers)}")
+        problems.append(
+            f"expected {topo['workerReplicas']} alive worker(s) with {res_name!r} "
+            f"(topology.workerReplicas), found {len(workers)}"
+        )
     for w in workers:
         gpus = float((w.get("resources_total") or {}).get("GPU", 0))
         if gpus != topo["gpusPerWorker"]:
-            problems.append(f"worker {w.get('node_ip')} advertises GPU={gpus:g}; expected {topo['gpusPerWorker']} "
-                            "(topology.gpusPerWorker)")
+            problems.append(
+                f"worker {w.get('node_ip')} advertises GPU={gpus:g}; expected {topo['gpusPerWorker']} "
+                "(topology.gpusPerWorker)"
+            )
     return problems, workers
 
 
 def version_problems(cluster_version: str | None, raw: dict[str, Any]) -> list[str]:
     want = raw["rayCluster"]["rayVersion"]
     if cluster_version != want:
-        return [f"the cluster runs Ray {cluster_version}, the chart declared rayVersion {want}; set "
-                "rayCluster.rayVersion to the miles image's Ray (or pin an image with that Ray)"]
+        return [
+            f"the cluster runs Ray {cluster_version}, the chart declared rayVersion {want}; set "
+            "rayCluster.rayVersion to the miles image's Ray (or pin an image with that Ray)"
+        ]
     return []
 
 
-def probe_problems(results: dict[str, Any], workers: list[dict[str, Any]], raw: dict[str, Any],
-                   used_gpus: bool, gpu_check: bool) -> list[str]:
+def probe_problems(
+    results: dict[str, Any],
+    workers: list[dict[str, Any]],
+    raw: dict[str, Any],
+    used_gpus: bool,
+    gpu_check: bool,
+) -> list[str]:
     problems: list[str] = []
     want = int(raw["topology"]["gpusPerWorker"])
     for w in workers:
@@ -117,20 +134,40 @@ def list_nodes(dashboard: str) -> list[dict[str, Any]]:
     return out
 
 
-def run_probe(spec: RunSpec, cl: Any, workers: list[dict[str, Any]], use_gpus: bool, gpu_check: bool,
-              timeout: float) -> dict[str, Any]:
+def run_probe(
+    spec: RunSpec, cl: Any, workers: list[dict[str, Any]], use_gpus: bool, gpu_check: bool, timeout: float
+) -> dict[str, Any]:
     raw = spec.raw
-    params = {"workers": [{"node_id": w["node_id"], "ip": w.get("node_ip")} for w in workers],
-              "gpusPerWorker": raw["topology"]["gpusPerWorker"], "useGpus": use_gpus, "gpuCheck": gpu_check,
-              "numNodes": len(workers), "masterPort": 29500 + secrets.randbelow(20000), "timeout": timeout,
-              "spec": raw}
+    params = {
+        "workers": [{"node_id": w["node_id"], "ip": w.get("node_ip")} for w in workers],
+        "gpusPerWorker": raw["topology"]["gpusPerWorker"],
+        "useGpus": use_gpus,
+        "gpuCheck": gpu_check,
+        "numNodes": len(workers),
+        "masterPort": 29500 + secrets.randbelow(20000),
+        "timeout": timeout,
+        "spec": raw,
+    }
     package = str(Path(__file__).resolve().parent)
     sid = f"{raw['submit']['submissionIdPrefix'][:30]}-verify-{int(time.time())}-{secrets.token_hex(2)}"
-    rayjobs.submit_job(cl, entrypoint="python3 -m miles_hooks.verify_driver", submission_id=sid,
-                       runtime_env={"py_modules": [package], "env_vars": {"MILES_VERIFY_PARAMS": json.dumps(params)}},
-                       metadata={"miles.verifyFor": spec.release, "miles.namespace": spec.namespace})
-    LOG.info("probe job submitted", extra={"fields": {"submission_id": sid, "workers": len(workers),
-                                                      "gpus": use_gpus, "gpu_check": gpu_check}})
+    rayjobs.submit_job(
+        cl,
+        entrypoint="python3 -m miles_hooks.verify_driver",
+        submission_id=sid,
+        runtime_env={"py_modules": [package], "env_vars": {"MILES_VERIFY_PARAMS": json.dumps(params)}},
+        metadata={"miles.verifyFor": spec.release, "miles.namespace": spec.namespace},
+    )
+    LOG.info(
+        "probe job submitted",
+        extra={
+            "fields": {
+                "submission_id": sid,
+                "workers": len(workers),
+                "gpus": use_gpus,
+                "gpu_check": gpu_check,
+            }
+        },
+    )
     try:
         state = rayjobs.wait_terminal(cl, sid, timeout + 120)
         logs = cl.get_job_logs(sid)
@@ -140,15 +177,19 @@ def run_probe(spec: RunSpec, cl: Any, workers: list[dict[str, Any]], use_gpus: b
                 cl.stop_job(sid)
                 rayjobs.wait_terminal(cl, sid, 60)
             cl.delete_job(sid)
-        except Exception as exc:  # noqa: BLE001 - cleanup is best effort
-            LOG.warning("could not delete the probe job", extra={"fields": {"submission_id": sid,
-                                                                            "error": str(exc)[:200]}})
+        except Exception as exc:
+            LOG.warning(
+                "could not delete the probe job",
+                extra={"fields": {"submission_id": sid, "error": str(exc)[:200]}},
+            )
     for line in reversed(logs.splitlines()):
         if line.startswith(RESULT_PREFIX):
-            parsed: dict[str, Any] = json.loads(line[len(RESULT_PREFIX):])
+            parsed: dict[str, Any] = json.loads(line[len(RESULT_PREFIX) :])
             return parsed
     tail = "\n".join(logs.splitlines()[-15:])
-    raise CheckFailed(f"the verify probe job {sid} ended {state} without a result; its log ends with:\n{tail}")
+    raise CheckFailed(
+        f"the verify probe job {sid} ended {state} without a result; its log ends with:\n{tail}"
+    )
 
 
 def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
@@ -166,23 +207,44 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
     found, workers = node_problems(node_list, raw)
     problems += found
     cl = rayjobs.client(dashboard)
-    busy = [j.submission_id for j in cl.list_jobs()
-            if (j.metadata or {}).get("miles.release") == spec.release
-            and rayjobs.status_name(j.status) not in rayjobs.TERMINAL]
+    busy = [
+        j.submission_id
+        for j in cl.list_jobs()
+        if (j.metadata or {}).get("miles.release") == spec.release
+        and rayjobs.status_name(j.status) not in rayjobs.TERMINAL
+    ]
     gpu_check = bool(raw["checks"]["gpu"]["enabled"])
     use_gpus = not busy
     if busy:
-        LOG.warning("a job of this release holds the GPUs; probing without GPUs and skipping GPU checks",
-                    extra={"fields": {"jobs": busy}})
+        LOG.warning(
+            "a job of this release holds the GPUs; probing without GPUs and skipping GPU checks",
+            extra={"fields": {"jobs": busy}},
+        )
         gpu_check = False
     results: dict[str, Any] = {}
     if workers:
         results = run_probe(spec, cl, workers, use_gpus, gpu_check, limit)
         problems += probe_problems(results, workers, raw, use_gpus, gpu_check)
-    summary = {"rayVersion": version, "nodes": len(node_list), "workers": len(workers), "gpusProbed": use_gpus,
-               "gpuCheck": gpu_check, "problems": problems, "probe": results}
+    summary = {
+        "rayVersion": version,
+        "nodes": len(node_list),
+        "workers": len(workers),
+        "gpusProbed": use_gpus,
+        "gpuCheck": gpu_check,
+        "problems": problems,
+        "probe": results,
+    }
     if problems:
         raise CheckFailed("the Ray cluster does not match the run spec:", problems)
-    LOG.info("cluster verified", extra={"fields": {"ray": version, "workers": len(workers),
-                                                   "gpu_check": gpu_check, "gpus_probed": use_gpus}})
+    LOG.info(
+        "cluster verified",
+        extra={
+            "fields": {
+                "ray": version,
+                "workers": len(workers),
+                "gpu_check": gpu_check,
+                "gpus_probed": use_gpus,
+            }
+        },
+    )
     return summary

@@ -16,7 +16,9 @@ from typing import Any
 RESULT_PREFIX = "MILES_VERIFY_RESULT "
 
 
-def probe(params: dict[str, Any], node_rank: int, master_addr: str | None, master_port: int | None) -> dict[str, Any]:
+def probe(
+    params: dict[str, Any], node_rank: int, master_addr: str | None, master_port: int | None
+) -> dict[str, Any]:
     import ray  # noqa: PLC0415
 
     out: dict[str, Any] = {
@@ -34,9 +36,14 @@ def probe(params: dict[str, Any], node_rank: int, master_addr: str | None, maste
             return out
         try:
             out["gpu_check"] = gpu_check.check_node(
-                spec=params["spec"], num_nodes=int(params["numNodes"]), node_rank=node_rank,
-                master_addr=master_addr, master_port=master_port, write=False)
-        except Exception as exc:  # noqa: BLE001 - reported, not raised: the hook names the node
+                spec=params["spec"],
+                num_nodes=int(params["numNodes"]),
+                node_rank=node_rank,
+                master_addr=master_addr,
+                master_port=master_port,
+                write=False,
+            )
+        except Exception as exc:
             out["gpu_check"] = {"ok": False, "verdict": f"gpu_check raised {type(exc).__name__}: {exc}"}
     return out
 
@@ -53,20 +60,26 @@ def main() -> int:
     port = int(params.get("masterPort") or 0) or None
     refs = {}
     for rank, w in enumerate(workers):
-        opts: dict[str, Any] = {"num_gpus": params["gpusPerWorker"] if params["useGpus"] else 0,
-                                "scheduling_strategy": NodeAffinitySchedulingStrategy(w["node_id"], soft=False)}
+        opts: dict[str, Any] = {
+            "num_gpus": params["gpusPerWorker"] if params["useGpus"] else 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(w["node_id"], soft=False),
+        }
         refs[w["node_id"]] = remote_probe.options(**opts).remote(params, rank, master, port)
     results: dict[str, Any] = {}
-    ready, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=float(params["timeout"]))
+    _, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=float(params["timeout"]))
     for node_id, ref in refs.items():
         if ref in pending:
-            results[node_id] = {"error": f"no answer within {params['timeout']}s (GPUs busy or node unhealthy)"}
+            results[node_id] = {
+                "error": f"no answer within {params['timeout']}s (GPUs busy or node unhealthy)"
+            }
             ray.cancel(ref, force=True)
             continue
         try:
             results[node_id] = ray.get(ref)
-        except Exception as exc:  # noqa: BLE001
-            results[node_id] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        except Exception as exc:
+            results[node_id] = {
+                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            }
     sys.stdout.write(RESULT_PREFIX + json.dumps(results, default=str) + "\n")
     sys.stdout.flush()
     return 0

@@ -16,17 +16,25 @@ import time
 from typing import Any
 
 from miles_hooks import log
-from miles_hooks.errors import CheckFailed, HookTimeout
+from miles_hooks.errors import HookTimeout
 from miles_hooks.spec import RunSpec
 
 LOG = log.get("wait-ready")
 
 CLUSTER_LABEL = "ray.io/cluster"
-BAD_WAITING = ("ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "CreateContainerConfigError",
-               "CreateContainerError", "InvalidImageName", "RunContainerError")
+BAD_WAITING = (
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "InvalidImageName",
+    "RunContainerError",
+)
 
 
 # --------------------------------------------------------------------------- pure
+
 
 def _condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
     for cond in (obj.get("status") or {}).get("conditions") or []:
@@ -44,17 +52,22 @@ def cluster_readiness(obj: dict[str, Any] | None, expected_workers: int) -> tupl
     reasons: list[str] = []
     gen, observed = meta.get("generation"), status.get("observedGeneration")
     if gen is not None and observed != gen:
-        reasons.append(f"operator has not reconciled generation {gen} yet (status.observedGeneration={observed})")
+        reasons.append(
+            f"operator has not reconciled generation {gen} yet (status.observedGeneration={observed})"
+        )
     conditions = status.get("conditions") or []
     if conditions:
         for ctype in ("HeadPodReady", "RayClusterProvisioned"):
             cond = _condition(obj, ctype)
             if not cond or cond.get("status") != "True":
-                detail = f": {cond.get('reason')} {cond.get('message') or ''}".rstrip() if cond else ""
+                words = " ".join(str(cond.get(k)) for k in ("reason", "message") if cond and cond.get(k))
+                detail = f": {words}" if words else ""
                 reasons.append(f"condition {ctype} is not True{detail}")
         failure = _condition(obj, "RayClusterReplicaFailure")
         if failure and failure.get("status") == "True":
-            reasons.append(f"RayClusterReplicaFailure: {failure.get('reason')} {failure.get('message') or ''}".rstrip())
+            reasons.append(
+                f"RayClusterReplicaFailure: {failure.get('reason')} {failure.get('message') or ''}".rstrip()
+            )
     elif status.get("state") != "ready":
         reasons.append(f"status.state is {status.get('state')!r}, expected 'ready'")
     desired = status.get("desiredWorkerReplicas")
@@ -81,11 +94,15 @@ def pod_reasons(pod: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
             state = cs.get("state") or {}
             waiting = state.get("waiting") or {}
             if waiting.get("reason") in BAD_WAITING or (waiting and waiting.get("message")):
-                reasons.append(f"container {cs.get('name')}: {waiting.get('reason')}: "
-                               f"{(waiting.get('message') or '').strip()[:300]}".rstrip(": "))
+                reasons.append(
+                    f"container {cs.get('name')}: {waiting.get('reason')}: "
+                    f"{(waiting.get('message') or '').strip()[:300]}".rstrip(": ")
+                )
             term = state.get("terminated") or {}
             if term and term.get("exitCode", 0) != 0:
-                reasons.append(f"container {cs.get('name')} exited {term.get('exitCode')} ({term.get('reason')})")
+                reasons.append(
+                    f"container {cs.get('name')} exited {term.get('exitCode')} ({term.get('reason')})"
+                )
     if not reasons and status.get("phase") == "Running":
         ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
         if ready and ready.get("status") != "True":
@@ -94,7 +111,11 @@ def pod_reasons(pod: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
         reasons.append("Pending")
     name = (pod.get("metadata") or {}).get("name")
     seen: set[str] = set()
-    mine = [e for e in events if (e.get("involvedObject") or {}).get("name") == name and e.get("type") == "Warning"]
+    mine = [
+        e
+        for e in events
+        if (e.get("involvedObject") or {}).get("name") == name and e.get("type") == "Warning"
+    ]
     mine.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
     for ev in reversed(mine):
         text = f"event {ev.get('reason')}: {(ev.get('message') or '').strip()[:300]}"
@@ -121,13 +142,16 @@ def diagnose(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[s
 
 # --------------------------------------------------------------------------- API side
 
+
 def _get_cluster(api: Any, spec: RunSpec) -> dict[str, Any] | None:
     from miles_hooks.kube import RAY_GROUP, RAY_PLURAL, RAY_VERSION, api_failure, status_of  # noqa: PLC0415
 
     name = spec.raw["rayCluster"]["name"]
     try:
-        obj = api.custom().get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, spec.namespace, RAY_PLURAL, name)
-    except Exception as exc:  # noqa: BLE001
+        obj = api.custom().get_namespaced_custom_object(
+            RAY_GROUP, RAY_VERSION, spec.namespace, RAY_PLURAL, name
+        )
+    except Exception as exc:
         if status_of(exc) == 404:
             return None
         raise api_failure(f"reading raycluster/{name}", exc) from exc
@@ -162,8 +186,14 @@ def watch_until_ready(api: Any, spec: RunSpec, deadline: float) -> list[str]:
         if resource_version:
             kwargs["resource_version"] = resource_version
         try:
-            for event in w.stream(api.custom().list_namespaced_custom_object, RAY_GROUP, RAY_VERSION,
-                                  spec.namespace, RAY_PLURAL, **kwargs):
+            for event in w.stream(
+                api.custom().list_namespaced_custom_object,
+                RAY_GROUP,
+                RAY_VERSION,
+                spec.namespace,
+                RAY_PLURAL,
+                **kwargs,
+            ):
                 kind, obj = event.get("type"), event.get("object")
                 if kind == "ERROR":
                     resource_version = None  # 410 Gone: re-list
@@ -176,13 +206,15 @@ def watch_until_ready(api: Any, spec: RunSpec, deadline: float) -> list[str]:
                     w.stop()
                     return []
                 if reasons != last_logged:
-                    LOG.info("waiting for the RayCluster", extra={"fields": {"raycluster": name,
-                             "reasons": reasons}})
+                    LOG.info(
+                        "waiting for the RayCluster",
+                        extra={"fields": {"raycluster": name, "reasons": reasons}},
+                    )
                     last_logged = reasons
                 if time.monotonic() >= deadline:
                     w.stop()
                     return reasons
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if status_of(exc) == 410:
                 resource_version = None
                 continue
@@ -200,8 +232,10 @@ def wait_gcs(dashboard_url: str, deadline: float) -> str:
         if healthy:
             return detail
         if time.monotonic() + delay >= deadline:
-            raise HookTimeout(f"Ray GCS at {dashboard_url} not healthy before the deadline: {detail}; check the "
-                              "head pod's logs (and rayCluster.dashboardUrl)")
+            raise HookTimeout(
+                f"Ray GCS at {dashboard_url} not healthy before the deadline: {detail}; check the "
+                "head pod's logs (and rayCluster.dashboardUrl)"
+            )
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
 
@@ -210,11 +244,15 @@ def _diagnose_via_api(api: Any, spec: RunSpec) -> list[str]:
     core = api.core()
     name = spec.raw["rayCluster"]["name"]
     try:
-        pods = [api.to_dict(p) for p in core.list_namespaced_pod(
-            spec.namespace, label_selector=f"{CLUSTER_LABEL}={name}").items]
-        events = [api.to_dict(e) for e in core.list_namespaced_event(
-            spec.namespace, field_selector="type=Warning").items]
-    except Exception as exc:  # noqa: BLE001
+        pods = [
+            api.to_dict(p)
+            for p in core.list_namespaced_pod(spec.namespace, label_selector=f"{CLUSTER_LABEL}={name}").items
+        ]
+        events = [
+            api.to_dict(e)
+            for e in core.list_namespaced_event(spec.namespace, field_selector="type=Warning").items
+        ]
+    except Exception as exc:
         return [f"(could not read pods/events for diagnosis: {str(exc).splitlines()[0]})"]
     if not pods:
         return [f"no pods with label {CLUSTER_LABEL}={name} exist (is the KubeRay operator running?)"]
@@ -235,15 +273,24 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
         if reasons:
             details = reasons + _diagnose_via_api(api, spec)
             LOG.info("api usage", extra={"fields": {"api_requests": api.requests}})
-            raise HookTimeout(f"RayCluster {raw['rayCluster']['name']} not ready after {limit:.0f}s "
-                              "(checks.waitReadyTimeoutSeconds):", details)
+            raise HookTimeout(
+                f"RayCluster {raw['rayCluster']['name']} not ready after {limit:.0f}s "
+                "(checks.waitReadyTimeoutSeconds):",
+                details,
+            )
         requests = api.requests
-        LOG.info("RayCluster ready", extra={"fields": {"raycluster": raw["rayCluster"]["name"],
-                 "seconds": round(time.monotonic() - started, 1), "api_requests": requests}})
+        LOG.info(
+            "RayCluster ready",
+            extra={
+                "fields": {
+                    "raycluster": raw["rayCluster"]["name"],
+                    "seconds": round(time.monotonic() - started, 1),
+                    "api_requests": requests,
+                }
+            },
+        )
     else:
         LOG.info("rayCluster.enabled is false (singleNode): waiting for the pod-local Ray only")
     detail = wait_gcs(spec.dashboard_url, deadline)
     LOG.info("Ray GCS healthy", extra={"fields": {"detail": detail}})
-    if time.monotonic() > deadline:
-        raise CheckFailed("ready only after the deadline")  # pragma: no cover - defensive
     return {"ready": True, "seconds": round(time.monotonic() - started, 2), "apiRequests": requests}

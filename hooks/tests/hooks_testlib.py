@@ -1,0 +1,51 @@
+"""Helpers for the hook tests (imported by name; a uniquely named module, unlike conftest)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "run-spec.json"
+
+
+def base_spec() -> dict[str, Any]:
+    raw: dict[str, Any] = json.loads(FIXTURE.read_text())
+    return copy.deepcopy(raw)
+
+
+def spec_in(tmp: Path) -> dict[str, Any]:
+    raw = base_spec()
+    raw["model"]["hfPath"] = str(tmp / "fsx/models/Qwen3-4B")
+    raw["model"]["torchDistPath"] = str(tmp / "fsx/models/Qwen3-4B_torch_dist")
+    for ds in raw["data"]["datasets"]:
+        ds["path"] = str(tmp / "fsx/data" / ds["repoId"].split("/")[1])
+    raw["output"] = {
+        "dir": str(tmp / "run"),
+        "checkpointDir": str(tmp / "run/ckpt"),
+        "tensorboardDir": str(tmp / "run/tb"),
+        "provenanceFile": str(tmp / "run/provenance.json"),
+    }
+    return raw
+
+
+def write(path: Path, raw: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(raw, indent=1))
+    return path
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "miles_hooks", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )

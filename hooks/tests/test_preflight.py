@@ -1,0 +1,218 @@
+"""Pure preflight logic: node matching, capacity (GPU, full EFA), topology, storage, secrets."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from hooks_testlib import base_spec
+from miles_hooks import preflight as pf
+from miles_hooks.kube import parse_count
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+
+
+def node(
+    name: str,
+    labels: dict[str, str] | None = None,
+    gpu: int = 8,
+    efa: int = 15,
+    taints: list[dict[str, Any]] | None = None,
+    ready: bool = True,
+    cordoned: bool = False,
+) -> dict[str, Any]:
+    alloc = {"cpu": "191", "nvidia.com/gpu": str(gpu)}
+    if efa:
+        alloc["vpc.amazonaws.com/efa"] = str(efa)
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"node.kubernetes.io/instance-type": "p5en.48xlarge", **(labels or {})},
+        },
+        "spec": {"taints": taints if taints is not None else [GPU_TAINT], "unschedulable": cordoned},
+        "status": {
+            "allocatable": alloc,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def cpu_node(name: str) -> dict[str, Any]:
+    n = node(name, gpu=0, efa=0, taints=[])
+    n["metadata"]["labels"] = {"node.kubernetes.io/instance-type": "m5.2xlarge"}
+    return n
+
+
+@pytest.mark.parametrize(
+    ("toleration", "taint", "expected"),
+    [
+        ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, GPU_TAINT, True),
+        ({"key": "nvidia.com/gpu", "operator": "Exists"}, GPU_TAINT, True),
+        ({"operator": "Exists"}, GPU_TAINT, True),
+        ({"key": "nvidia.com/gpu", "operator": "Equal", "value": "true"}, GPU_TAINT, True),
+        ({"key": "nvidia.com/gpu", "value": "false"}, GPU_TAINT, False),
+        ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}, GPU_TAINT, False),
+        ({"key": "other", "operator": "Exists"}, GPU_TAINT, False),
+        ({"key": "", "operator": "Equal"}, GPU_TAINT, False),
+    ],
+)
+def test_toleration_matches(toleration: dict[str, Any], taint: dict[str, Any], expected: bool) -> None:
+    assert pf.toleration_matches(toleration, taint) is expected
+
+
+def test_prefer_no_schedule_taints_are_ignored() -> None:
+    n = node("a", taints=[{"key": "x", "effect": "PreferNoSchedule"}])
+    assert pf.untolerated_taints(n, []) == []
+
+
+def test_unschedulable_reasons() -> None:
+    pool = base_spec()["rayCluster"]["worker"]
+    assert pf.unschedulable_reasons(node("a"), pool) == []
+    bad = node(
+        "b",
+        labels={pf.HYPERPOD_HEALTH: "UnschedulablePendingReboot"},
+        ready=False,
+        cordoned=True,
+        taints=[GPU_TAINT, {"key": "maint", "effect": "NoExecute"}],
+    )
+    reasons = pf.unschedulable_reasons(bad, pool)
+    assert reasons == [
+        "cordoned (spec.unschedulable)",
+        "not Ready",
+        f"{pf.HYPERPOD_HEALTH}=UnschedulablePendingReboot",
+        "taint maint:NoExecute not tolerated",
+    ]
+
+
+def test_capacity_partial_efa_is_an_error_reason() -> None:
+    assert pf.capacity_reasons(node("a"), "nvidia.com/gpu", 8, "vpc.amazonaws.com/efa", 15) == []
+    partial = pf.capacity_reasons(node("a", efa=32), "nvidia.com/gpu", 8, "vpc.amazonaws.com/efa", 15)
+    assert len(partial) == 1 and "partial EFA request" in partial[0] and "to 32" in partial[0]
+    short = pf.capacity_reasons(node("a", gpu=4, efa=8), "nvidia.com/gpu", 8, "vpc.amazonaws.com/efa", 15)
+    assert short == [
+        "allocatable nvidia.com/gpu is 4, a worker needs 8",
+        "allocatable vpc.amazonaws.com/efa is 8, a worker requests 15",
+    ]
+    assert pf.capacity_reasons(node("a", efa=0), "nvidia.com/gpu", 8, "vpc.amazonaws.com/efa", 0) == []
+
+
+def errors(findings: list[pf.Finding]) -> list[pf.Finding]:
+    return [f for f in findings if f.level == pf.ERROR]
+
+
+def test_evaluate_workers_enough_nodes() -> None:
+    raw = base_spec()
+    raw["topology"]["workerReplicas"] = 2
+    nodes = [node("g1"), node("g2"), cpu_node("c1")]
+    assert errors(pf.evaluate_workers(nodes, raw)) == []
+
+
+def test_evaluate_workers_not_enough_names_nodes_and_value() -> None:
+    raw = base_spec()
+    raw["topology"]["workerReplicas"] = 3
+    nodes = [node("g1"), node("g2", gpu=4), node("g3", cordoned=True), cpu_node("c1")]
+    (err,) = errors(pf.evaluate_workers(nodes, raw))
+    assert err.subject == "rayCluster.worker"
+    assert (
+        "need 3 schedulable worker node(s)" in err.message
+        and "found 1 usable of 3 matching (of 4 nodes)" in err.message
+    )
+    assert "g2: allocatable nvidia.com/gpu is 4" in err.message and "g3: cordoned" in err.message
+
+
+def test_evaluate_workers_partial_efa_is_reported_once_with_the_value_to_set() -> None:
+    raw = base_spec()
+    nodes = [node("g1", efa=32), node("g2", efa=32)]
+    errs = errors(pf.evaluate_workers(nodes, raw))
+    assert errs[0].subject == "checks.nodes.efaPerNode" and "set it to 32" in errs[0].message
+    assert "g1, g2" in errs[0].message
+
+
+def test_evaluate_workers_efa_off_warns() -> None:
+    raw = base_spec()
+    raw["checks"]["nodes"]["efaPerNode"] = 0
+    findings = pf.evaluate_workers([node("g1")], raw)
+    assert errors(findings) == [] and any(
+        f.level == pf.WARNING and "EFA is off" in f.message for f in findings
+    )
+
+
+def test_evaluate_head() -> None:
+    raw = base_spec()
+    assert errors(pf.evaluate_head([node("g1"), cpu_node("c1")], raw)) == []
+    (err,) = errors(pf.evaluate_head([node("g1")], raw))
+    assert "no schedulable node for the Ray head" in err.message
+
+
+def test_topology_consistency() -> None:
+    raw = base_spec()
+    assert pf.topology_findings(raw) == []
+    dis = copy.deepcopy(raw)
+    dis["topology"].update(
+        {
+            "colocate": False,
+            "actorNodes": 1,
+            "rolloutGpus": 16,
+            "rolloutEngines": 8,
+            "rolloutGpusPerEngine": 2,
+            "enginesPerWorker": 4,
+            "rolloutWorkers": 2,
+            "workerReplicas": 3,
+            "clusterGpus": 24,
+        }
+    )
+    assert pf.topology_findings(dis) == []
+    dis["topology"]["workerReplicas"] = 2
+    found = pf.topology_findings(dis)
+    assert any(f.subject == "topology.workerReplicas" and "expected 3" in f.message for f in found)
+    tp = copy.deepcopy(raw)
+    tp["topology"]["tensorParallel"] = 3
+    assert any(f.subject == "topology.tensorParallel" for f in pf.topology_findings(tp))
+
+
+def test_crd_served() -> None:
+    assert pf.crd_served({"resources": [{"name": "rayclusters"}, {"name": "rayjobs"}]})
+    assert not pf.crd_served({"resources": [{"name": "rayjobs"}]})
+    assert not pf.crd_served(None)
+
+
+def test_pvc_findings() -> None:
+    raw = base_spec()
+    assert errors(pf.pvc_findings(None, raw))[0].message.startswith("not found in namespace default")
+    bound = {"status": {"phase": "Bound"}, "spec": {"accessModes": ["ReadWriteMany"]}}
+    assert errors(pf.pvc_findings(bound, raw)) == []
+    rwo = {"status": {"phase": "Bound"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+    assert "expected ReadWriteMany" in errors(pf.pvc_findings(rwo, raw))[0].message
+    raw["storage"]["createdByChart"] = True
+    assert errors(pf.pvc_findings(None, raw)) == []
+
+
+def test_secret_findings_levels_and_no_values() -> None:
+    raw = base_spec()
+    raw["secrets"].append(
+        {"purpose": "wandb", "name": "wandb", "key": "api-key", "env": "WANDB_API_KEY", "required": True}
+    )
+    found = pf.secret_findings({"hf-token": None, "wandb": {"data": {"other": ""}}}, raw)
+    by = {f.subject: f for f in found}
+    assert by["secret/hf-token"].level == pf.WARNING
+    assert (
+        by["secret/wandb"].level == pf.ERROR
+        and "has no key 'api-key' (keys: other)" in by["secret/wandb"].message
+    )
+
+
+def test_prometheus_findings() -> None:
+    raw = base_spec()
+    assert pf.prometheus_findings(False, raw) == []
+    assert pf.prometheus_findings(True, raw)[0].level == pf.INFO
+    del raw["runtimeEnv"]["envVars"]["PROMETHEUS_PORT"]
+    assert pf.prometheus_findings(True, raw)[0].subject == "runtimeEnv.envVars.PROMETHEUS_PORT"
+
+
+@pytest.mark.parametrize(
+    ("value", "count"), [("8", 8), ("15", 15), (None, 0), ("1k", 1000), ("2Ki", 2048), ("500m", 0), ("x", 0)]
+)
+def test_parse_count(value: str | None, count: int) -> None:
+    assert parse_count(value) == count

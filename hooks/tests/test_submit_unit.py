@@ -1,0 +1,89 @@
+"""Pure parts of submit: the entrypoint (executed here with bash, not just string-compared),
+runtime env, metadata, provenance and the previous-job selection."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+from hooks_testlib import base_spec
+from miles_hooks import spec as specmod
+from miles_hooks import submit
+
+
+def run_entrypoint(tmp_path: Path, model_args_cmd: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    raw = base_spec()
+    (tmp_path / "train.py").write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    raw["train"].update({"workdir": str(tmp_path), "modelArgsCommand": model_args_cmd, "args": args})
+    entry = submit.build_entrypoint(raw)
+    assert entry.startswith("bash -c ")
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": "/nonexistent"}
+    return subprocess.run(entry, shell=True, capture_output=True, text=True, env=env, check=False, timeout=30)
+
+
+def test_entrypoint_expands_model_args_and_keeps_every_argument_whole(tmp_path: Path) -> None:
+    args = ["--wandb-group", "a b", "--q", 'it\'s "x"', "--glob", "*", "--var", "$HOME", "--empty", ""]
+    proc = run_entrypoint(tmp_path, "echo --num-layers 36 --hidden-size 2560 --swiglu", args)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["--num-layers", "36", "--hidden-size", "2560", "--swiglu", *args]
+
+
+def test_entrypoint_sources_legacy_profile_scripts(tmp_path: Path) -> None:
+    (tmp_path / "m.sh").write_text("MODEL_ARGS=(--num-layers 2 --rotary-base 1000000)\n")
+    proc = run_entrypoint(tmp_path, f'source {tmp_path}/m.sh && echo "${{MODEL_ARGS[@]}}"', ["--x"])
+    assert json.loads(proc.stdout) == ["--num-layers", "2", "--rotary-base", "1000000", "--x"]
+
+
+def test_entrypoint_fails_when_model_args_fail_or_are_empty(tmp_path: Path) -> None:
+    failing = run_entrypoint(tmp_path, "exit 7", ["--x"])
+    assert failing.returncode == 7 and failing.stdout == ""
+    empty = run_entrypoint(tmp_path, "echo '  '", ["--x"])
+    assert empty.returncode == 2 and "printed nothing" in empty.stderr
+
+
+def test_runtime_env_metadata_and_resources() -> None:
+    raw = base_spec()
+    assert submit.runtime_env(raw) == {"env_vars": raw["runtimeEnv"]["envVars"]}
+    assert submit.entrypoint_resources(raw) == {"gpu_node": 0.001}
+    meta = submit.metadata(raw)
+    assert meta[submit.META_RELEASE] == "miles" and meta[submit.META_HASH] == specmod.job_hash(raw)
+    assert all(isinstance(v, str) for v in meta.values())
+
+
+def test_image_digest() -> None:
+    assert submit.image_digest("r/m@sha256:" + "a" * 64) == "sha256:" + "a" * 64
+    assert submit.image_digest("r/m:latest") is None
+
+
+def job(sid: str, status: str, release: str = "miles", ns: str = "default") -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        submission_id=sid, status=status, metadata={submit.META_RELEASE: release, submit.META_NAMESPACE: ns}
+    )
+
+
+def test_previous_active_selects_only_running_jobs_of_this_release() -> None:
+    raw = base_spec()
+    jobs = [
+        job("new", "RUNNING"),
+        job("old", "RUNNING"),
+        job("older", "SUCCEEDED"),
+        job("p", "PENDING"),
+        job("other", "RUNNING", release="x"),
+        job("otherns", "RUNNING", ns="y"),
+        types.SimpleNamespace(submission_id="v", status="RUNNING", metadata={"miles.verifyFor": "miles"}),
+    ]
+    assert [j.submission_id for j in submit.previous_active(jobs, raw, "new")] == ["old", "p"]
+
+
+def test_provenance_record_has_no_secret_values(tmp_path: Path) -> None:
+    raw = base_spec()
+    raw["model"]["hfPath"] = str(tmp_path)
+    (tmp_path / ".miles-hooks-prepared.json").write_text(json.dumps({"resolvedRevision": "abc123"}))
+    spec = specmod.RunSpec(raw=raw, path="x")
+    rec = submit.provenance_record(spec, "sid", "bash -c x", 0.0, "2.60.0", True)
+    assert rec["model"]["resolvedRevision"] == "abc123"
+    assert rec["secretsByReference"] == [{"name": "hf-token", "key": "token", "env": "HF_TOKEN"}]
+    assert rec["submittedAt"] == "1970-01-01T00:00:00Z" and rec["spec"] == raw

@@ -1,0 +1,138 @@
+"""Pure wait-ready logic: RayCluster readiness and Pending reasons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miles_hooks import wait_ready as wr
+
+
+def cluster(
+    gen: int = 2,
+    observed: int = 2,
+    head: str = "True",
+    provisioned: str = "True",
+    ready: int = 2,
+    desired: int = 2,
+    conditions: bool = True,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "observedGeneration": observed,
+        "readyWorkerReplicas": ready,
+        "desiredWorkerReplicas": desired,
+    }
+    if conditions:
+        status["conditions"] = [
+            {"type": "HeadPodReady", "status": head},
+            {"type": "RayClusterProvisioned", "status": provisioned},
+        ]
+    else:
+        status["state"] = "ready"
+    return {"metadata": {"name": "miles", "generation": gen}, "status": status}
+
+
+def test_ready_cluster() -> None:
+    assert wr.cluster_readiness(cluster(), 2) == (True, [])
+    assert wr.cluster_readiness(cluster(conditions=False), 2) == (True, [])
+
+
+def test_not_ready_reasons() -> None:
+    ok, reasons = wr.cluster_readiness(cluster(gen=3, observed=2, head="False", ready=1), 2)
+    assert not ok
+    assert reasons[0].startswith("operator has not reconciled generation 3")
+    assert "condition HeadPodReady is not True" in reasons
+    assert "1 of 2 worker(s) Ready" in reasons
+    assert wr.cluster_readiness(None, 2) == (False, ["RayCluster not found"])
+    ok, reasons = wr.cluster_readiness(cluster(desired=1, ready=1), 2)
+    assert not ok and reasons == ["desiredWorkerReplicas is 1, the run spec expects 2"]
+
+
+def test_provisioned_but_upgrade_pending_waits_on_replicas() -> None:
+    ok, reasons = wr.cluster_readiness(cluster(ready=0, desired=2), 2)
+    assert not ok and reasons == ["0 of 2 worker(s) Ready"]
+
+
+def test_replica_failure_condition() -> None:
+    obj = cluster()
+    obj["status"]["conditions"].append(
+        {
+            "type": "RayClusterReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreateWorkerPod",
+            "message": "quota",
+        }
+    )
+    ok, reasons = wr.cluster_readiness(obj, 2)
+    assert not ok and reasons == ["RayClusterReplicaFailure: FailedCreateWorkerPod quota"]
+
+
+def pod(name: str, **status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": status}
+
+
+def test_pod_reasons_unschedulable_and_events() -> None:
+    p = pod(
+        "w-0",
+        phase="Pending",
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            }
+        ],
+    )
+    events = [
+        {
+            "involvedObject": {"name": "w-0"},
+            "type": "Warning",
+            "reason": "FailedScheduling",
+            "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            "lastTimestamp": "2",
+        },
+        {"involvedObject": {"name": "other"}, "type": "Warning", "reason": "X", "message": "y"},
+        {"involvedObject": {"name": "w-0"}, "type": "Normal", "reason": "Scheduled", "message": "ok"},
+    ]
+    reasons = wr.pod_reasons(p, events)
+    assert reasons == [
+        "unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        "event FailedScheduling: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    ]
+
+
+def test_pod_reasons_image_pull_and_crash() -> None:
+    p = pod(
+        "h",
+        phase="Pending",
+        containerStatuses=[
+            {
+                "name": "ray-head",
+                "state": {
+                    "waiting": {
+                        "reason": "ImagePullBackOff",
+                        "message": 'Back-off pulling image "radixark/miles:nope"',
+                    }
+                },
+            }
+        ],
+    )
+    assert wr.pod_reasons(p, []) == [
+        'container ray-head: ImagePullBackOff: Back-off pulling image "radixark/miles:nope"'
+    ]
+    c = pod(
+        "w",
+        phase="Running",
+        containerStatuses=[
+            {"name": "ray-worker", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+        ],
+    )
+    assert wr.pod_reasons(c, []) == ["container ray-worker exited 137 (OOMKilled)"]
+    r = pod("w2", phase="Running", conditions=[{"type": "Ready", "status": "False"}])
+    assert wr.pod_reasons(r, []) == ["running but not Ready (readiness probe failing)"]
+
+
+def test_diagnose_skips_ready_pods() -> None:
+    ready = pod("a", phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+    pending = pod("b", phase="Pending")
+    assert wr.diagnose([ready, pending], []) == ["pod b: Pending"]

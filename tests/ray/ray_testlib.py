@@ -1,0 +1,210 @@
+"""A real local Ray cluster for the submit/status/verify tests (session-scoped).
+
+Two Ray nodes on loopback, shaped like the chart's RayCluster: a head with 0 CPUs and 0 GPUs, and one
+"GPU worker" advertising the custom ``gpu_node`` resource and one GPU (Ray accepts a declared GPU count
+on a machine without GPUs; tasks see CUDA_VISIBLE_DEVICES set by Ray). Every port is picked free so the
+cluster never collides with another Ray on this machine, and each node runs under ``ray start --block``
+so that terminating that one process stops exactly the processes it started (no global ``ray stop``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "run-spec.json"
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_args() -> list[str]:
+    return [
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+    ]
+
+
+class LocalRay:
+    def __init__(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="mrt-", dir="/tmp"))
+        self.gcs_port = free_port()
+        self.dashboard_port = free_port()
+        self.address = f"127.0.0.1:{self.gcs_port}"
+        self.dashboard_url = f"http://127.0.0.1:{self.dashboard_port}"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = dict(
+            os.environ,
+            RAY_USAGE_STATS_ENABLED="0",
+            RAY_DISABLE_DOCKER_CPU_WARNING="1",
+            PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+        )
+
+    def _start(self, args: list[str], name: str) -> None:
+        out = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [str(BIN / "ray"), "start", "--block", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+
+    def start(self) -> None:
+        self._start(
+            [
+                "--head",
+                "--node-ip-address=127.0.0.1",
+                f"--port={self.gcs_port}",
+                "--num-cpus=0",
+                "--num-gpus=0",
+                "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={self.dashboard_port}",
+                f"--ray-client-server-port={free_port()}",
+                f"--temp-dir={self.tmp}/ray",
+                "--disable-usage-stats",
+                *_port_args(),
+            ],
+            "head",
+        )
+        self._wait_dashboard(120)
+        self._start(
+            [
+                f"--address={self.address}",
+                "--node-ip-address=127.0.0.1",
+                "--num-cpus=2",
+                "--num-gpus=1",
+                '--resources={"gpu_node": 1}',
+                "--disable-usage-stats",
+                *_port_args(),
+            ],
+            "worker",
+        )
+        self._wait_nodes(2, 120)
+
+    def _wait_dashboard(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.dashboard_url + "/api/gcs_healthz", timeout=2) as r:
+                    if r.read().decode().strip() == "success":
+                        return
+            except OSError:
+                pass
+            self._check_alive()
+            time.sleep(0.5)
+        raise RuntimeError(f"local Ray head did not come up; see {self.tmp}/head.log")
+
+    def _wait_nodes(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.dashboard_url + "/nodes?view=summary", timeout=2) as r:
+                    data = json.loads(r.read())
+                summary = data.get("data", {}).get("summary", [])
+                alive = [n for n in summary if n.get("raylet", {}).get("state") == "ALIVE"]
+                if len(alive) >= count:
+                    return
+            except (OSError, ValueError):
+                pass
+            self._check_alive()
+            time.sleep(0.5)
+        raise RuntimeError(f"local Ray worker did not join; see {self.tmp}/worker.log")
+
+    def _check_alive(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"ray start exited with {proc.returncode}; see logs in {self.tmp}")
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+FAKE_TRAIN = """\
+import json, os, sys, time
+print("ARGV=" + json.dumps(sys.argv[1:]), flush=True)
+names = ("PROMETHEUS_PORT", "NCCL_NVLS_ENABLE", "HF_TOKEN")
+print("ENV=" + json.dumps({k: os.environ.get(k) for k in names}), flush=True)
+args = sys.argv[1:]
+if "--sleep" in args:
+    time.sleep(float(args[args.index("--sleep") + 1]))
+print("TRAIN DONE", flush=True)
+"""
+
+
+def make_spec(
+    tmp: Path, dashboard_url: str, release: str = "rt", args: list[str] | None = None, **overrides: Any
+) -> dict[str, Any]:
+    raw: dict[str, Any] = copy.deepcopy(json.loads(FIXTURE.read_text()))
+    import ray
+
+    workdir = tmp / "miles"
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "train.py").write_text(FAKE_TRAIN)
+    raw["release"]["name"] = release
+    raw["release"]["fullname"] = release
+    raw["submit"]["submissionIdPrefix"] = release
+    raw["rayCluster"]["dashboardUrl"] = dashboard_url
+    raw["rayCluster"]["rayVersion"] = ray.__version__
+    raw["train"]["workdir"] = str(workdir)
+    raw["train"]["modelArgsCommand"] = "echo --num-layers 2 --hidden-size 64"
+    raw["train"]["args"] = args if args is not None else ["--sleep", "0"]
+    raw["output"] = {
+        "dir": str(tmp / "run"),
+        "checkpointDir": str(tmp / "run/ckpt"),
+        "tensorboardDir": str(tmp / "run/tb"),
+        "provenanceFile": str(tmp / "run/provenance.json"),
+    }
+    raw["model"]["hfPath"] = str(tmp / "model")
+    topo = raw["topology"]
+    topo.update(
+        {
+            "actorGpusPerNode": 1,
+            "actorGpus": 1,
+            "rolloutGpus": 1,
+            "rolloutEngines": 1,
+            "gpusPerWorker": 1,
+            "enginesPerWorker": 1,
+            "clusterGpus": 1,
+            "tensorParallel": 1,
+        }
+    )
+    raw["checks"]["nodes"]["gpusPerNode"] = 1
+    for key, value in overrides.items():
+        raw[key] = value
+    return raw
+
+
+def write_spec(path: Path, raw: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(raw, indent=1))
+    return path
