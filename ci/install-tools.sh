@@ -107,6 +107,18 @@ python_env() {
   stamp venv "$req" "$lock" "$pyproject"
 }
 
+# kubeconform's strict schemas for the pinned Kubernetes version and the KubeRay CRDs, generated from the
+# upstream Go modules (never hand-written); tests and make demo validate every rendered scenario with them.
+kubeconform_schemas() {
+  local gen="$root/ci/kubeconform/gen-schemas.py" versions="$root/ci/kubeconform/versions.env"
+  local out="$tools/kubeconform-schemas"
+  if fresh kubeconform-schemas "$gen" "$versions" && [[ -d $out ]]; then log "kubeconform schemas up to date"; return; fi
+  log "generating kubeconform schemas (Kubernetes + KubeRay CRDs) into $out"
+  rm -rf "$out"
+  "$root/.venv/bin/python" "$gen" --out "$out"
+  stamp kubeconform-schemas "$gen" "$versions"
+}
+
 # checkov pins its own dependency set, which conflicts with ray's: it gets a venv of its own.
 checkov_env() {
   local req="$root/ci/requirements-checkov.txt" lock="$root/ci/requirements-checkov.lock"
@@ -120,40 +132,50 @@ checkov_env() {
 }
 
 # --- local testbed (issue 5): real control plane, kwok, KubeRay, each from its own pinned tools module ------
-# cluster_module MODULE BIN=PACKAGE... builds the PACKAGEs of ci/tools/MODULE in ONE `go build` (shared compile
-# work) to .tools/bin/BIN; rebuilt only when that module's go.mod/go.sum change or a binary is missing.
+# cluster_module MODULE LDFLAGS BIN=PACKAGE... builds the PACKAGEs of ci/tools/MODULE in ONE `go build` (shared
+# compile work) to .tools/bin/BIN; rebuilt only when that module's go.mod/go.sum change or a binary is missing.
 cluster_module() {
-  local mod=$1; shift
+  local mod=$1 ldflags="-s -w $2"; shift 2
   local dir="$root/ci/tools/$mod" pair missing=0 pkgs=()
   for pair in "$@"; do [[ -x "$bin/${pair%%=*}" ]] || missing=1; pkgs+=("${pair#*=}"); done
-  if ((missing == 0)) && fresh "cluster-$mod" "$dir/go.mod" "$dir/go.sum"; then
+  if ((missing == 0)) && fresh "cluster-$mod" "$dir/go.mod" "$dir/go.sum" <(echo "$ldflags"); then
     log "cluster tools '$mod' up to date"; return
   fi
   log "building $mod: ${pkgs[*]} (cold: minutes on 2 cores)"
   local t0=$SECONDS
   if (($# == 1)); then
-    (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$bin/${1%%=*}" "${pkgs[0]}")
+    (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$bin/${1%%=*}" "${pkgs[0]}")
   else
     local out="$tools/build-$mod"
     mkdir -p "$out"
-    (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$out/" "${pkgs[@]}")
+    (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$out/" "${pkgs[@]}")
     for pair in "$@"; do mv -f "$out/$(basename "${pair#*=}")" "$bin/${pair%%=*}"; done
     rmdir "$out"
   fi
   log "built $mod in $((SECONDS - t0))s"
-  stamp "cluster-$mod" "$dir/go.mod" "$dir/go.sum"
+  stamp "cluster-$mod" "$dir/go.mod" "$dir/go.sum" <(echo "$ldflags")
 }
 
 # module_dir MODULE_DIR_NAME GO_MODULE -> where the go command keeps GO_MODULE's source for ci/tools/MODULE_DIR_NAME
 module_dir() { (cd "$root/ci/tools/$1" && go list -m -f '{{.Dir}}' "$2"); }
 
+# Kubernetes reports its version from link-time variables (else "v0.0.0-master", which Helm and clients reject).
+kube_version_ldflags() {
+  local v; v=$(cd "$root/ci/tools/kubernetes" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+  local minor=${v#v1.}; minor=${minor%%.*}
+  local p=k8s.io/component-base/version
+  echo "-X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean" \
+    "-X $p.buildDate=1970-01-01T00:00:00Z -X k8s.io/client-go/pkg/version.gitVersion=$v" \
+    "-X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+}
+
 build_cluster() {
-  cluster_module kubernetes kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+  cluster_module kubernetes "$(kube_version_ldflags)" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
     kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
     kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl
-  cluster_module etcd etcd=go.etcd.io/etcd/server/v3
-  cluster_module kwok kwok=sigs.k8s.io/kwok/cmd/kwok
-  cluster_module kuberay kuberay-operator=github.com/ray-project/kuberay/ray-operator
+  cluster_module etcd "" etcd=go.etcd.io/etcd/server/v3
+  cluster_module kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
+  cluster_module kuberay "" kuberay-operator=github.com/ray-project/kuberay/ray-operator
   # CRDs from the same pinned modules: KubeRay's, and kwok's Logs (so `kubectl logs` reaches runner pods).
   local src
   mkdir -p "$tools/kuberay/crds" "$tools/kwok/crds"
@@ -172,9 +194,10 @@ main() {
       registry) build_registry ;;
       python) python_env ;;
       checkov) checkov_env ;;
+      schemas) kubeconform_schemas ;;
       cluster) build_cluster ;;
-      all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; checkov_env; build_cluster ;;
-      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, python, checkov, cluster, all)" >&2; exit 2 ;;
+      all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; kubeconform_schemas; checkov_env; build_cluster ;;
+      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, python, schemas, checkov, cluster, all)" >&2; exit 2 ;;
     esac
   done
   log "done"

@@ -20,6 +20,20 @@ ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "miles"
 RELEASE = "miles"
 NAMESPACE = "miles"
+SCHEMAS = ROOT / ".tools" / "kubeconform-schemas"
+
+
+def pinned_versions() -> dict[str, str]:
+    """KUBERNETES_VERSION and KUBERAY_VERSION from ci/kubeconform/versions.env (the one place they live)."""
+    pairs = {}
+    for line in (ROOT / "ci" / "kubeconform" / "versions.env").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            pairs[key.strip()] = value.strip()
+    return pairs
+
+
+KUBE_VERSION = pinned_versions()["KUBERNETES_VERSION"]
 
 # Overlays are layered on the base they are written for.
 SCENARIOS: dict[str, list[str]] = {
@@ -33,7 +47,7 @@ SCENARIOS: dict[str, list[str]] = {
 
 
 def helm_template(helm: str, files: list[str]) -> str:
-    args = [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    args = [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION]
     for name in files:
         args += ["-f", str(ROOT / "values" / name)]
     done = subprocess.run(args, capture_output=True, text=True, check=False)
@@ -43,19 +57,26 @@ def helm_template(helm: str, files: list[str]) -> str:
 
 
 def kubeconform(manifest: str) -> str:
-    schemas = ROOT / ".tools" / "kubeconform-schemas"
-    args = ["kubeconform", "-strict", "-summary"]
-    if schemas.is_dir():
-        args += [
-            "-schema-location",
-            "default",
-            "-schema-location",
-            str(schemas / "{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"),
-        ]
+    if not SCHEMAS.is_dir():
+        raise RuntimeError(f"{SCHEMAS} is missing: run `make tools` (it generates the schemas)")
+    location = str(SCHEMAS) + (
+        "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+    )
+    args = [
+        "kubeconform",
+        "-strict",
+        "-summary",
+        "-kubernetes-version",
+        KUBE_VERSION,
+        "-schema-location",
+        location,
+    ]
     done = subprocess.run(args, input=manifest, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"kubeconform rejected the manifests:\n{done.stdout}{done.stderr}")
-    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "validated"
+    if done.returncode != 0 or "Skipped: 0" not in done.stdout:
+        raise RuntimeError(
+            f"kubeconform rejected (or could not check) the manifests:\n{done.stdout}{done.stderr}"
+        )
+    return done.stdout.strip().splitlines()[-1]
 
 
 def run_spec(objects: list[dict[str, object]]) -> dict[str, object] | None:
@@ -69,10 +90,11 @@ def run_spec(objects: list[dict[str, object]]) -> dict[str, object] | None:
 def summarise(name: str, files: list[str]) -> None:
     print(f"\n=== {name}  ({' + '.join(files)})")
     manifests = {helm: helm_template(helm, files) for helm in ("helm3", "helm4")}
-    if manifests["helm3"] != manifests["helm4"]:
-        raise RuntimeError("Helm 3 and Helm 4 rendered different manifests")
-    manifest = manifests["helm4"]
-    objects = [doc for doc in yaml.safe_load_all(manifest) if doc]
+    parsed = {helm: [doc for doc in yaml.safe_load_all(text) if doc] for helm, text in manifests.items()}
+    # Helm 4 separates documents with an extra blank line; the objects themselves must be identical.
+    if parsed["helm3"] != parsed["helm4"]:
+        raise RuntimeError("Helm 3 and Helm 4 rendered different objects")
+    manifest, objects = manifests["helm4"], parsed["helm4"]
     kinds = collections.Counter(str(obj["kind"]) for obj in objects)
     print("objects: " + ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items())))
     for obj in objects:
