@@ -90,3 +90,28 @@ def test_process_refuses_to_start_on_bad_config() -> None:
     )
     assert done.returncode == 2
     assert "REWARD_WORKERS: expected an integer from 1 to 256, found 'many'" in done.stderr
+
+
+def test_cpu_limit_reads_the_cgroup_quota(tmp_path: Path) -> None:
+    affinity = len(os.sched_getaffinity(0))
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert config.cpu_limit(tmp_path) == affinity
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # a 1.5-CPU limit rounds up to 2
+    assert config.cpu_limit(tmp_path) == min(affinity, 2)
+    (tmp_path / "cpu.max").write_text("50000 100000\n")
+    assert config.cpu_limit(tmp_path) == 1
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert config.cpu_limit(tmp_path) == 1
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert config.cpu_limit(tmp_path) == affinity
+
+
+def test_default_workers_per_backend(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    cpus = config.cpu_limit()
+    assert config.load({}).workers == 2 * cpus
+    rm = config.load({"REWARD_BACKEND": "reward_model", "REWARD_MODEL_PATH": str(tmp_path)})
+    assert rm.workers == cpus

@@ -1,6 +1,6 @@
 """Writes corpus.jsonl: a fixed set of (prompt, response, label) triples shaped like a GRPO rollout
 of a math dataset (DAPO-style prompts, n=8 responses per prompt, chain-of-thought responses with
-LaTeX, integer-heavy labels). Deterministic: the same seed gives the same file.
+LaTeX, integer labels as in DAPO-Math-17k and AIME). Deterministic: the same seed gives the same file.
 
     python tests/bench/reward/make_corpus.py [--prompts 64] [--samples-per-prompt 8] [--short]
 
@@ -73,13 +73,15 @@ def reasoning(rng: random.Random, chars: int) -> str:
     return " ".join(parts)
 
 
-def make(prompts: int, per_prompt: int, seed: int, short: bool = False) -> list[dict[str, str]]:
+def make(
+    prompts: int, per_prompt: int, seed: int, short: bool = False, integer_share: float = 1.0
+) -> list[dict[str, str]]:
     rng = random.Random(seed)
     rows: list[dict[str, str]] = []
     for _ in range(prompts):
         p, q, r = rng.randint(10, 999), rng.randint(2, 50), rng.randint(3, 40)
         prompt = INSTRUCTION + rng.choice(PROBLEMS).format(p=p, q=q, r=r)
-        if rng.random() < 0.8:  # most dataset labels are integers
+        if rng.random() < integer_share:
             answer = rng.randint(0, 999)
             label, right, wrong = str(answer), [str(answer)], [str(answer + rng.randint(1, 9))]
         else:
@@ -109,10 +111,16 @@ def main() -> None:
         "--short", action="store_true",
         help="one reasoning sentence per response (checks cost well under 1 ms: HTTP-bound)",
     )
+    parser.add_argument(
+        "--integer-share", type=float, default=1.0,
+        help="share of integer labels (1.0 = DAPO-Math-17k/AIME, whose labels are all integers); "
+        "the rest are fractions, radicals, polynomials and intervals, whose symbolic comparison "
+        "costs 10-100x more",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     out = args.out or HERE / ("corpus-short.jsonl" if args.short else "corpus.jsonl")
-    rows = make(args.prompts, args.samples_per_prompt, args.seed, args.short)
+    rows = make(args.prompts, args.samples_per_prompt, args.seed, args.short, args.integer_share)
     with out.open("w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
