@@ -30,6 +30,7 @@ STEPS: dict[str, str] = {
     "verify": "check through Ray: head CPUs, gpu_node and GPUs per worker, Ray version, GPU checks",
     "submit": "submit exactly one Ray job per run spec and record its provenance",
     "status": "show the Ray job state, recent log lines and cluster health (helm test)",
+    "report": "run health from the shared volume (metrics, checkpoints, provenance, free space): verdict",
     "gpu-check": "run the GPU node checks (NVML, matmul, HBM, NCCL); arguments go to miles_hooks.gpu_check",
 }
 
@@ -126,6 +127,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from miles_hooks import report  # noqa: PLC0415
+
+    fail_on = report.parse_fail_on(args.fail_on)
+    result = report.collect(_load(args), timeout=args.timeout, plot_path=args.plot)
+    if args.json:
+        _print_json(result)
+    else:
+        sys.stdout.write(report.render(result) + "\n")
+    report.check(result, fail_on)
+    return EXIT_OK
+
+
 def cmd_gpu_check(argv: Sequence[str]) -> int:
     try:
         from miles_hooks import gpu_check  # noqa: PLC0415
@@ -148,6 +162,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "verify": cmd_verify,
     "submit": cmd_submit,
     "status": cmd_status,
+    "report": cmd_report,
 }
 
 
@@ -211,6 +226,22 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "status":
             p.add_argument("--lines", type=int, default=20, help="job log lines to show")
             p.add_argument("--kube", action="store_true", help="also read the RayCluster from Kubernetes")
+        if name == "report":
+            p.add_argument(
+                "--fail-on",
+                default="degenerate,stalled",
+                help="exit 1 on these findings: comma-separated degenerate, stalled, not-started, space; "
+                "'none' only reports (default degenerate,stalled)",
+            )
+            p.add_argument(
+                "--plot", default=None, help="also write a PNG of reward and repetition to this path"
+            )
+            p.add_argument(
+                "--timeout",
+                type=float,
+                default=300.0,
+                help="seconds to read the event files and checkpoint tree (exit 3 after)",
+            )
     return parser
 
 
