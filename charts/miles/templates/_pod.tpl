@@ -105,7 +105,11 @@ spec:
 {{- toJson $refs -}}
 {{- end -}}
 
-{{/* miles.runtimeEnv: non-secret env shared by Ray pods, the single-node pod and the Ray job runtime env (name -> value). */}}
+{{/*
+miles.runtimeEnv: non-secret env shared by Ray pods, the single-node pod and the Ray job runtime env
+(name -> value). Names that look like credentials (…TOKEN…) are refused in the runtime env by
+miles-hooks, so TOKENIZERS_PARALLELISM lives in miles.podEnv only (job processes inherit it from the raylet).
+*/}}
 {{- define "miles.runtimeEnv" -}}
 {{- $v := .Values -}}
 {{- $env := dict
@@ -114,20 +118,25 @@ spec:
   "NCCL_NVLS_ENABLE" (toString $v.rayCluster.workers.nccl.nvlsEnable)
   "PYTHONUNBUFFERED" "1"
   "PROMETHEUS_PORT" "9090"
-  "TOKENIZERS_PARALLELISM" "false"
   "RAY_memory_monitor_refresh_ms" "0"
 -}}
 {{- range $k, $val := $v.recipe.extraEnv -}}{{- $_ := set $env $k (toString $val) -}}{{- end -}}
 {{- toJson $env -}}
 {{- end -}}
 
-{{/* miles.gpuEnv: env list of GPU pods (Ray workers, single node): runtime env + NCCL/EFA + secrets. */}}
-{{- define "miles.gpuEnv" -}}
-{{- $v := .Values -}}
+{{/* miles.podEnv: env list of every Ray / single-node container: the runtime env plus pod-only settings. */}}
+{{- define "miles.podEnv" -}}
 {{- $env := list -}}
 {{- range $k, $val := (include "miles.runtimeEnv" . | fromJson) -}}
 {{- $env = append $env (dict "name" $k "value" $val) -}}
 {{- end -}}
+{{- toJson (append $env (dict "name" "TOKENIZERS_PARALLELISM" "value" "false")) -}}
+{{- end -}}
+
+{{/* miles.gpuEnv: env list of GPU pods (Ray workers, single node): pod env + NCCL/EFA + secrets. */}}
+{{- define "miles.gpuEnv" -}}
+{{- $v := .Values -}}
+{{- $env := include "miles.podEnv" . | fromJsonArray -}}
 {{- $nccl := $v.rayCluster.workers.nccl -}}
 {{- $env = concat $env (list (dict "name" "NCCL_DEBUG" "value" $nccl.debug) (dict "name" "NCCL_PROTO" "value" $nccl.proto) (dict "name" "NCCL_SOCKET_IFNAME" "value" $nccl.socketIfname)) -}}
 {{- if gt (int $v.rayCluster.workers.efa.count) 0 -}}

@@ -19,10 +19,7 @@ be raised the container exits with a message instead of starting a raylet that d
 {{- $args := list (include "miles.rayStartCommand" .) -}}
 {{- /* head */ -}}
 {{- $headGpus := int $rc.head.gpus -}}
-{{- $headEnv := list -}}
-{{- range $k, $val := (include "miles.runtimeEnv" . | fromJson) -}}
-{{- $headEnv = append $headEnv (dict "name" $k "value" $val) -}}
-{{- end -}}
+{{- $headEnv := include "miles.podEnv" . | fromJsonArray -}}
 {{- if eq $headGpus 0 -}}
 {{- $headEnv = append $headEnv (dict "name" "NVIDIA_VISIBLE_DEVICES" "value" "void") -}}
 {{- end -}}
