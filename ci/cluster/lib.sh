@@ -84,7 +84,11 @@ wait_for() {
     fi
     sleep 0.2
   done
-  log "ready: $desc"
+  if [[ -n ${UP_T0:-} ]]; then
+    log "ready: $desc (+$(python3 -c "import time; print(f'{time.time()-$UP_T0:.1f}')")s)"
+  else
+    log "ready: $desc"
+  fi
 }
 
 nodes_ready() {

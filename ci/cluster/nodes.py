@@ -9,6 +9,7 @@ EFA_PER_NODE, CPU_INSTANCE_TYPE, CPU_NODE_CPU, CPU_NODE_MEMORY.
 
 Usage: nodes.py [--gpu-nodes N] [--cpu-nodes N] [--start-index I]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -100,38 +101,42 @@ def main(argv: list[str]) -> int:
     }
     items = []
     for i in range(cpu_nodes):
-        items.append(node(
-            f"cpu-{i:03d}",
-            {
-                "node.kubernetes.io/instance-type": cpu_type,
-                "beta.kubernetes.io/instance-type": cpu_type,
-                "sagemaker.amazonaws.com/instance-group-name": env("CPU_INSTANCE_GROUP", "cpu-m7i"),
-                "sagemaker.amazonaws.com/node-health-status": "Schedulable",
-                "sagemaker.amazonaws.com/compute-type": "hyperpod",
-                "testbed.miles.dev/pool": "cpu",
-            },
-            [],
-            cpu_res,
-        ))
+        items.append(
+            node(
+                f"cpu-{i:03d}",
+                {
+                    "node.kubernetes.io/instance-type": cpu_type,
+                    "beta.kubernetes.io/instance-type": cpu_type,
+                    "sagemaker.amazonaws.com/instance-group-name": env("CPU_INSTANCE_GROUP", "cpu-m7i"),
+                    "sagemaker.amazonaws.com/node-health-status": "Schedulable",
+                    "sagemaker.amazonaws.com/compute-type": "hyperpod",
+                    "testbed.miles.dev/pool": "cpu",
+                },
+                [],
+                cpu_res,
+            )
+        )
     for i in range(args.start_index, args.start_index + gpu_nodes):
-        items.append(node(
-            f"gpu-{i:04d}",
-            {
-                "node.kubernetes.io/instance-type": gpu_type,
-                "beta.kubernetes.io/instance-type": gpu_type,
-                "sagemaker.amazonaws.com/instance-group-name": env("GPU_INSTANCE_GROUP", "gpu-p5en"),
-                "sagemaker.amazonaws.com/node-health-status": "Schedulable",
-                "sagemaker.amazonaws.com/deep-health-check-status": "Passed",
-                "sagemaker.amazonaws.com/compute-type": "hyperpod",
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": "NVIDIA-H200",
-                "nvidia.com/gpu.count": str(gpus),
-                "vpc.amazonaws.com/efa.present": "true",
-                "testbed.miles.dev/pool": "gpu",
-            },
-            [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-            gpu_res,
-        ))
+        items.append(
+            node(
+                f"gpu-{i:04d}",
+                {
+                    "node.kubernetes.io/instance-type": gpu_type,
+                    "beta.kubernetes.io/instance-type": gpu_type,
+                    "sagemaker.amazonaws.com/instance-group-name": env("GPU_INSTANCE_GROUP", "gpu-p5en"),
+                    "sagemaker.amazonaws.com/node-health-status": "Schedulable",
+                    "sagemaker.amazonaws.com/deep-health-check-status": "Passed",
+                    "sagemaker.amazonaws.com/compute-type": "hyperpod",
+                    "nvidia.com/gpu.present": "true",
+                    "nvidia.com/gpu.product": "NVIDIA-H200",
+                    "nvidia.com/gpu.count": str(gpus),
+                    "vpc.amazonaws.com/efa.present": "true",
+                    "testbed.miles.dev/pool": "gpu",
+                },
+                [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+                gpu_res,
+            )
+        )
     json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

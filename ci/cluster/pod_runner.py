@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -57,7 +58,8 @@ LOG_FILE_ANNOTATION = "testbed.miles.dev/log-file"
 TAIL_BYTES = 16 * 1024
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 SERVICE_REF = re.compile(
-    r"(?<![\w.-])([a-z0-9](?:[-a-z0-9]*[a-z0-9])?-head-svc(?:\.[a-z0-9-]+(?:\.svc(?:\.cluster\.local)?)?)?):(\d+)\b")
+    r"(?<![\w.-])([a-z0-9](?:[-a-z0-9]*[a-z0-9])?-head-svc(?:\.[a-z0-9-]+(?:\.svc(?:\.cluster\.local)?)?)?):(\d+)\b"
+)
 
 
 def now() -> str:
@@ -111,10 +113,23 @@ def expand_vars(value: str, env: dict[str, str]) -> str:
 
 
 def parse_quantity(q: str) -> float:
-    units = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+    units = {
+        "m": 1e-3,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "P": 1e15,
+        "E": 1e18,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "Pi": 2**50,
+        "Ei": 2**60,
+    }
     m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", q.strip())
-    if not m or m.group(2) not in units and m.group(2) != "":
+    if not m or (m.group(2) not in units and m.group(2) != ""):
         raise ValueError(f"bad quantity {q!r}")
     return float(m.group(1)) * units.get(m.group(2), 1.0)
 
@@ -157,7 +172,9 @@ class Runner:
             return False
         if (pod.status.phase or "Pending") != "Pending":
             return False
-        images = [c.image or "" for c in (spec.init_containers or [])] + [c.image or "" for c in spec.containers]
+        images = [c.image or "" for c in (spec.init_containers or [])] + [
+            c.image or "" for c in spec.containers
+        ]
         if not any(self.s.image_regex.search(i) for i in images):
             return False
         return self.is_kwok_node(spec.node_name)
@@ -169,12 +186,13 @@ class Runner:
         while not self.stopping.is_set():
             w = watch.Watch()
             try:
-                for ev in w.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=60,
-                                   _request_timeout=90):
+                for ev in w.stream(
+                    self.core.list_pod_for_all_namespaces, timeout_seconds=60, _request_timeout=90
+                ):
                     if self.stopping.is_set():
                         break
                     self.on_event(ev["type"], ev["object"])
-            except Exception as e:  # noqa: BLE001 - keep the runner alive across API hiccups
+            except Exception as e:
                 if not self.stopping.is_set():
                     LOG.warning("watch interrupted (%s); re-listing", e)
                     time.sleep(1)
@@ -195,26 +213,23 @@ class Runner:
             run = PodRun(uid, pod.metadata.namespace, pod.metadata.name)
             with self.lock:
                 self.runs[uid] = run
-            run.thread = threading.Thread(target=self.run_pod, args=(run, pod), daemon=True,
-                                          name=f"pod-{run.name}")
+            run.thread = threading.Thread(
+                target=self.run_pod, args=(run, pod), daemon=True, name=f"pod-{run.name}"
+            )
             run.thread.start()
 
     def kill(self, run: PodRun) -> None:
         for p in run.procs:
             if p.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
 
         def later() -> None:
             time.sleep(self.s.grace_seconds)
             for p in run.procs:
                 if p.poll() is None:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.killpg(p.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
 
         threading.Thread(target=later, daemon=True).start()
 
@@ -233,8 +248,15 @@ class Runner:
         try:
             pod_dir.mkdir(parents=True, exist_ok=True)
             LOG.info("running %s/%s on %s", ns, name, pod.spec.node_name)
-            self.set_status(pod, phase="Pending", initialized=False, ready=False, init_statuses=None,
-                            statuses=None, start=True)
+            self.set_status(
+                pod,
+                phase="Pending",
+                initialized=False,
+                ready=False,
+                init_statuses=None,
+                statuses=None,
+                start=True,
+            )
             vols = self.materialise_volumes(pod, pod_dir)
             kubeconfig = self.service_account_kubeconfig(pod, pod_dir)
             init_statuses: list[dict[str, Any]] = []
@@ -244,21 +266,35 @@ class Runner:
             statuses = [self.waiting_status(c) for c in pod.spec.containers]
             for i, c in enumerate(pod.spec.init_containers or []):
                 init_statuses[i] = self.running_status(c)
-                self.set_status(pod, phase="Pending", initialized=False, ready=False,
-                                init_statuses=init_statuses, statuses=statuses)
+                self.set_status(
+                    pod,
+                    phase="Pending",
+                    initialized=False,
+                    ready=False,
+                    init_statuses=init_statuses,
+                    statuses=statuses,
+                )
                 code, tail = self.run_container(run, pod, c, vols, kubeconfig, pod_dir)
                 init_statuses[i] = self.terminated_status(c, init_statuses[i], code, tail)
                 if code != 0 or run.deleted.is_set():
                     self.finish(pod, run, init_statuses, statuses, failed=True)
                     return
             statuses = [self.running_status(c) for c in pod.spec.containers]
-            self.set_status(pod, phase="Running", initialized=True, ready=True, init_statuses=init_statuses,
-                            statuses=statuses)
+            self.set_status(
+                pod,
+                phase="Running",
+                initialized=True,
+                ready=True,
+                init_statuses=init_statuses,
+                statuses=statuses,
+            )
             results: dict[int, tuple[int, str]] = {}
             threads = []
             for i, c in enumerate(pod.spec.containers):
+
                 def target(i: int = i, c: client.V1Container = c) -> None:
                     results[i] = self.run_container(run, pod, c, vols, kubeconfig, pod_dir)
+
                 t = threading.Thread(target=target, daemon=True)
                 t.start()
                 threads.append(t)
@@ -278,29 +314,74 @@ class Runner:
 
     # ------------------------------------------------------------------ status
     def waiting_status(self, c: client.V1Container) -> dict[str, Any]:
-        return {"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
-                "started": False, "state": {"waiting": {"reason": "PodInitializing"}}}
+        return {
+            "name": c.name,
+            "image": c.image,
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {"waiting": {"reason": "PodInitializing"}},
+        }
 
     def running_status(self, c: client.V1Container) -> dict[str, Any]:
-        return {"name": c.name, "image": c.image, "imageID": "", "ready": True, "restartCount": 0,
-                "started": True, "containerID": f"testbed://{c.name}", "state": {"running": {"startedAt": now()}}}
+        return {
+            "name": c.name,
+            "image": c.image,
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "started": True,
+            "containerID": f"testbed://{c.name}",
+            "state": {"running": {"startedAt": now()}},
+        }
 
-    def terminated_status(self, c: client.V1Container, prev: dict[str, Any], code: int, tail: str) -> dict[str, Any]:
+    def terminated_status(
+        self, c: client.V1Container, prev: dict[str, Any], code: int, tail: str
+    ) -> dict[str, Any]:
         started = (prev.get("state", {}).get("running") or {}).get("startedAt") or now()
-        term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "startedAt": started,
-                "finishedAt": now(), "containerID": f"testbed://{c.name}"}
+        term = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": now(),
+            "containerID": f"testbed://{c.name}",
+        }
         if code != 0 and tail:
             term["message"] = tail[-4000:]
-        return {"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
-                "started": False, "containerID": f"testbed://{c.name}", "state": {"terminated": term}}
+        return {
+            "name": c.name,
+            "image": c.image,
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "containerID": f"testbed://{c.name}",
+            "state": {"terminated": term},
+        }
 
-    def set_status(self, pod: client.V1Pod, *, phase: str, initialized: bool, ready: bool,
-                   init_statuses: list[dict[str, Any]] | None, statuses: list[dict[str, Any]] | None,
-                   start: bool = False, reason: str | None = None, message: str | None = None) -> None:
+    def set_status(
+        self,
+        pod: client.V1Pod,
+        *,
+        phase: str,
+        initialized: bool,
+        ready: bool,
+        init_statuses: list[dict[str, Any]] | None,
+        statuses: list[dict[str, Any]] | None,
+        start: bool = False,
+        reason: str | None = None,
+        message: str | None = None,
+    ) -> None:
         t = now()
 
         def cond(kind: str, ok: bool, why: str | None = None) -> dict[str, Any]:
-            c = {"type": kind, "status": "True" if ok else "False", "lastProbeTime": None, "lastTransitionTime": t}
+            c = {
+                "type": kind,
+                "status": "True" if ok else "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": t,
+            }
             if why and not ok:
                 c["reason"] = why
             return c
@@ -327,35 +408,75 @@ class Runner:
         if message:
             status["message"] = message
         try:
-            self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {"status": status},
-                                                  _content_type="application/merge-patch+json")
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name,
+                pod.metadata.namespace,
+                {"status": status},
+                _content_type="application/merge-patch+json",
+            )
         except ApiException as e:
             if e.status != 404:
-                LOG.warning("%s/%s: status update failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason)
+                LOG.warning(
+                    "%s/%s: status update failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason
+                )
 
-    def finish(self, pod: client.V1Pod, run: PodRun, init_statuses: list[dict[str, Any]],
-               statuses: list[dict[str, Any]], failed: bool) -> None:
+    def finish(
+        self,
+        pod: client.V1Pod,
+        run: PodRun,
+        init_statuses: list[dict[str, Any]],
+        statuses: list[dict[str, Any]],
+        failed: bool,
+    ) -> None:
         phase = "Failed" if failed else "Succeeded"
-        self.set_status(pod, phase=phase, initialized=True, ready=False, init_statuses=init_statuses,
-                        statuses=statuses)
+        self.set_status(
+            pod, phase=phase, initialized=True, ready=False, init_statuses=init_statuses, statuses=statuses
+        )
         LOG.info("%s/%s %s", run.namespace, run.name, phase)
 
     def fail_pod(self, pod: client.V1Pod, reason: str, message: str) -> None:
         statuses = []
         for c in pod.spec.containers:
-            statuses.append({"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
-                             "started": False, "state": {"terminated": {
-                                 "exitCode": 128, "reason": reason, "message": message,
-                                 "startedAt": now(), "finishedAt": now()}}})
-        self.set_status(pod, phase="Failed", initialized=False, ready=False, init_statuses=None,
-                        statuses=statuses, start=True, reason=reason, message=message)
+            statuses.append(
+                {
+                    "name": c.name,
+                    "image": c.image,
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": False,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 128,
+                            "reason": reason,
+                            "message": message,
+                            "startedAt": now(),
+                            "finishedAt": now(),
+                        }
+                    },
+                }
+            )
+        self.set_status(
+            pod,
+            phase="Failed",
+            initialized=False,
+            ready=False,
+            init_statuses=None,
+            statuses=statuses,
+            start=True,
+            reason=reason,
+            message=message,
+        )
         self.annotate(pod, {LOG_TAIL_ANNOTATION: f"[testbed pod runner] {reason}: {message}\n"})
 
     def annotate(self, pod: client.V1Pod, ann: dict[str, str]) -> None:
         try:
-            self.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                           {"metadata": {"annotations": ann}},
-                                           _content_type="application/merge-patch+json")
+            self.core.patch_namespaced_pod(
+                pod.metadata.name,
+                pod.metadata.namespace,
+                {"metadata": {"annotations": ann}},
+                _content_type="application/merge-patch+json",
+            )
         except ApiException as e:
             if e.status != 404:
                 LOG.warning("annotate %s/%s failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason)
@@ -385,8 +506,15 @@ class Runner:
             raise
         return {k: base64.b64decode(v) for k, v in (sec.data or {}).items()}
 
-    def write_items(self, target: Path, data: dict[str, bytes], items: list[Any] | None, what: str,
-                    optional: bool, map_services: bool = False) -> None:
+    def write_items(  # noqa: PLR0917
+        self,
+        target: Path,
+        data: dict[str, bytes],
+        items: list[Any] | None,
+        what: str,
+        optional: bool,
+        map_services: bool = False,
+    ) -> None:
         target.mkdir(parents=True, exist_ok=True)
         if items:
             for it in items:
@@ -414,9 +542,14 @@ class Runner:
     def field_value(self, pod: client.V1Pod, field_path: str) -> str:
         md = pod.metadata
         simple = {
-            "metadata.name": md.name, "metadata.namespace": md.namespace, "metadata.uid": md.uid,
-            "spec.nodeName": pod.spec.node_name, "spec.serviceAccountName": pod.spec.service_account_name or "default",
-            "status.hostIP": "127.0.0.1", "status.podIP": "127.0.0.1", "status.podIPs": "127.0.0.1",
+            "metadata.name": md.name,
+            "metadata.namespace": md.namespace,
+            "metadata.uid": md.uid,
+            "spec.nodeName": pod.spec.node_name,
+            "spec.serviceAccountName": pod.spec.service_account_name or "default",
+            "status.hostIP": "127.0.0.1",
+            "status.podIP": "127.0.0.1",
+            "status.podIPs": "127.0.0.1",
             "status.hostIPs": "127.0.0.1",
         }
         if field_path in simple:
@@ -430,11 +563,24 @@ class Runner:
             return "\n".join(f'{k}="{v}"' for k, v in sorted(d.items()))
         raise PodError("CreateContainerConfigError", f"unsupported fieldRef {field_path!r}")
 
-    def resource_value(self, pod: client.V1Pod, container_name: str | None, resource: str, divisor: str | None,
-                       default_container: client.V1Container) -> str:
+    def resource_value(
+        self,
+        pod: client.V1Pod,
+        container_name: str | None,
+        resource: str,
+        divisor: str | None,
+        default_container: client.V1Container,
+    ) -> str:
         c = default_container
         if container_name:
-            c = next((x for x in pod.spec.containers + (pod.spec.init_containers or []) if x.name == container_name), c)
+            c = next(
+                (
+                    x
+                    for x in pod.spec.containers + (pod.spec.init_containers or [])
+                    if x.name == container_name
+                ),
+                c,
+            )
         kind, _, res = resource.partition(".")
         rr = c.resources
         values = (rr.limits if kind == "limits" else rr.requests) if rr else None
@@ -488,7 +634,9 @@ class Runner:
                     if src.config_map:
                         opt = bool(src.config_map.optional)
                         data = self.read_cm(ns, src.config_map.name, opt) or {}
-                        self.write_items(d, data, src.config_map.items, f'configmap "{src.config_map.name}"', opt, True)
+                        self.write_items(
+                            d, data, src.config_map.items, f'configmap "{src.config_map.name}"', opt, True
+                        )
                     elif src.secret:
                         opt = bool(src.secret.optional)
                         data = self.read_secret(ns, src.secret.name, opt) or {}
@@ -498,15 +646,20 @@ class Runner:
                             self.write_file(d / it.path, self.downward_item(pod, it).encode())
                     elif src.service_account_token:
                         sat = src.service_account_token
-                        tok = self.token(pod, [sat.audience] if sat.audience else None,
-                                         sat.expiration_seconds or 3600)
+                        tok = self.token(
+                            pod, [sat.audience] if sat.audience else None, sat.expiration_seconds or 3600
+                        )
                         self.write_file(d / sat.path, tok.encode())
             elif v.host_path:
                 d = pod_dir / "hostpath" / v.name
                 d.mkdir(parents=True, exist_ok=True)
             else:
-                LOG.warning("%s/%s: volume %s of an unsupported type: an empty dir stands in", ns,
-                            pod.metadata.name, v.name)
+                LOG.warning(
+                    "%s/%s: volume %s of an unsupported type: an empty dir stands in",
+                    ns,
+                    pod.metadata.name,
+                    v.name,
+                )
                 d.mkdir(parents=True, exist_ok=True)
             out[v.name] = d
         return out
@@ -527,7 +680,9 @@ class Runner:
                 raise PodError("FailedMount", f'persistentvolumeclaim "{claim}" not found') from e
             raise
         if pvc.status.phase != "Bound" or not pvc.spec.volume_name:
-            raise PodError("FailedMount", f'persistentvolumeclaim "{claim}" is not bound (phase {pvc.status.phase})')
+            raise PodError(
+                "FailedMount", f'persistentvolumeclaim "{claim}" is not bound (phase {pvc.status.phase})'
+            )
         pv = self.core.read_persistent_volume(pvc.spec.volume_name)
         if pv.spec.host_path:
             p = Path(pv.spec.host_path.path)
@@ -542,36 +697,69 @@ class Runner:
     # ------------------------------------------------------------------ credentials
     def token(self, pod: client.V1Pod, audiences: list[str] | None, seconds: int) -> str:
         sa = pod.spec.service_account_name or "default"
-        body = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
-            audiences=audiences or [], expiration_seconds=max(600, seconds),
-            bound_object_ref=client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod.metadata.name,
-                                                           uid=pod.metadata.uid)))
+        body = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=audiences or [],
+                expiration_seconds=max(600, seconds),
+                bound_object_ref=client.V1BoundObjectReference(
+                    api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
+                ),
+            )
+        )
         try:
             resp = self.core.create_namespaced_service_account_token(sa, pod.metadata.namespace, body)
         except ApiException as e:
-            raise PodError("CreateContainerConfigError",
-                           f'token for serviceaccount "{sa}" failed: {e.status} {e.reason}') from e
+            raise PodError(
+                "CreateContainerConfigError", f'token for serviceaccount "{sa}" failed: {e.status} {e.reason}'
+            ) from e
         return str(resp.status.token)
 
     def service_account_kubeconfig(self, pod: client.V1Pod, pod_dir: Path) -> Path | None:
         """A kubeconfig with the pod's own service-account token, when the pod would get one mounted."""
         mounts_token = any(
             v.projected and any(s.service_account_token for s in (v.projected.sources or []))
-            for v in pod.spec.volumes or [])
+            for v in pod.spec.volumes or []
+        )
         if not mounts_token and pod.spec.automount_service_account_token is False:
             return None
         tok = self.token(pod, None, 3600)
         sa = pod.spec.service_account_name or "default"
         path = pod_dir / "kubeconfig"
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "testbed", "cluster": {"server": self.s.api_server,
-                                                         "certificate-authority-data": self.s.ca_data}}],
-            "users": [{"name": f"system:serviceaccount:{pod.metadata.namespace}:{sa}", "user": {"token": tok}}],
-            "contexts": [{"name": "pod", "context": {"cluster": "testbed", "namespace": pod.metadata.namespace,
-                                                     "user": f"system:serviceaccount:{pod.metadata.namespace}:{sa}"}}],
-            "current-context": "pod",
-        }, indent=1))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "testbed",
+                            "cluster": {
+                                "server": self.s.api_server,
+                                "certificate-authority-data": self.s.ca_data,
+                            },
+                        }
+                    ],
+                    "users": [
+                        {
+                            "name": f"system:serviceaccount:{pod.metadata.namespace}:{sa}",
+                            "user": {"token": tok},
+                        }
+                    ],
+                    "contexts": [
+                        {
+                            "name": "pod",
+                            "context": {
+                                "cluster": "testbed",
+                                "namespace": pod.metadata.namespace,
+                                "user": f"system:serviceaccount:{pod.metadata.namespace}:{sa}",
+                            },
+                        }
+                    ],
+                    "current-context": "pod",
+                },
+                indent=1,
+            )
+        )
         path.chmod(0o600)
         return path
 
@@ -605,8 +793,10 @@ class Runner:
                 if data is None or ref.key not in data:
                     if ref.optional:
                         continue
-                    raise PodError("CreateContainerConfigError",
-                                   f'couldn\'t find key {ref.key} in ConfigMap {ns}/{ref.name}')
+                    raise PodError(
+                        "CreateContainerConfigError",
+                        f"couldn't find key {ref.key} in ConfigMap {ns}/{ref.name}",
+                    )
                 env[e.name] = data[ref.key].decode(errors="replace")
             elif vf.secret_key_ref:
                 ref = vf.secret_key_ref
@@ -614,8 +804,9 @@ class Runner:
                 if data is None or ref.key not in data:
                     if ref.optional:
                         continue
-                    raise PodError("CreateContainerConfigError",
-                                   f'couldn\'t find key {ref.key} in Secret {ns}/{ref.name}')
+                    raise PodError(
+                        "CreateContainerConfigError", f"couldn't find key {ref.key} in Secret {ns}/{ref.name}"
+                    )
                 env[e.name] = data[ref.key].decode(errors="replace")
         return env
 
@@ -624,7 +815,9 @@ class Runner:
         for m in c.volume_mounts or []:
             base = vols.get(m.name)
             if base is None:
-                raise PodError("CreateContainerConfigError", f"volume {m.name!r} not found for mount {m.mount_path}")
+                raise PodError(
+                    "CreateContainerConfigError", f"volume {m.name!r} not found for mount {m.mount_path}"
+                )
             local = base / m.sub_path if m.sub_path else base
             if m.sub_path:
                 local.mkdir(parents=True, exist_ok=True) if not local.exists() else None
@@ -644,8 +837,8 @@ class Runner:
         return re.sub(pattern, lambda m: table[m.group(1)], value)
 
     def map_services(self, value: str, ns: str) -> str:
-        """Map a RayCluster head Service address (``<name>-head-svc[.<ns>[.svc[.cluster.local]]]:<port>``) to the
-        local Ray head standing in for the simulated Ray pods: 8265 dashboard, 6379 GCS, 10001 client."""
+        """Map a RayCluster head Service address (``<name>-head-svc[.<ns>[.svc]]:<port>``) to the local
+        Ray head standing in for the simulated Ray pods: 8265 dashboard, 6379 GCS, 10001 client."""
         del ns
         ports = {"8265": self.s.ray_dashboard, "6379": self.s.ray_gcs, "10001": self.s.ray_client}
 
@@ -655,8 +848,15 @@ class Runner:
         return SERVICE_REF.sub(sub, value)
 
     # ------------------------------------------------------------------ processes
-    def run_container(self, run: PodRun, pod: client.V1Pod, c: client.V1Container, vols: dict[str, Path],
-                      kubeconfig: Path | None, pod_dir: Path) -> tuple[int, str]:
+    def run_container(  # noqa: PLR0917
+        self,
+        run: PodRun,
+        pod: client.V1Pod,
+        c: client.V1Container,
+        vols: dict[str, Path],
+        kubeconfig: Path | None,
+        pod_dir: Path,
+    ) -> tuple[int, str]:
         ns, name = run.namespace, run.name
         pairs = self.mount_map(c, vols)
         env = self.container_env(pod, c)
@@ -682,34 +882,62 @@ class Runner:
         argv += list(c.args or [])
         argv = [self.map_services(self.map_paths(expand_vars(a, base), pairs), ns) for a in argv]
         if not argv:
-            raise PodError("CreateContainerError", f"container {c.name}: no command and no default entrypoint")
+            raise PodError(
+                "CreateContainerError", f"container {c.name}: no command and no default entrypoint"
+            )
         cwd = self.map_paths(c.working_dir, pairs) if c.working_dir else str(home)
         Path(cwd).mkdir(parents=True, exist_ok=True)
         log_path = pod_dir / f"{c.name}.log"
-        self.register_logs(pod, c.name, log_path)
+        cri_path = pod_dir / f"{c.name}.cri.log"
+        self.register_logs(pod, pod_dir)
         LOG.info("%s/%s[%s]: %s", ns, name, c.name, " ".join(argv))
         started = time.time()
-        with open(log_path, "ab", buffering=0) as logf:
+        with open(log_path, "ab", buffering=0) as logf, open(cri_path, "ab", buffering=0) as crif:
             try:
-                p = subprocess.Popen(argv, env=base, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, process_group=0)
+                p = subprocess.Popen(
+                    argv,
+                    env=base,
+                    cwd=cwd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    process_group=0,
+                )
             except OSError as e:
-                logf.write(f"[testbed pod runner] cannot start {argv[0]!r}: {e}\n".encode())
+                msg = f"[testbed pod runner] cannot start {argv[0]!r}: {e}\n".encode()
+                logf.write(msg)
+                crif.write(cri_line(msg))
                 tail = self.tail(log_path)
                 self.annotate(pod, {LOG_TAIL_ANNOTATION: tail, LOG_FILE_ANNOTATION: str(log_path)})
                 return 128, tail
             run.procs.append(p)
             if run.deleted.is_set():
                 self.kill(run)
+            assert p.stdout is not None
+            for line in iter(p.stdout.readline, b""):
+                logf.write(line)
+                crif.write(cri_line(line))
             code = p.wait()
         if code < 0:
             code = 128 - code
         tail = self.tail(log_path)
         self.annotate(pod, {LOG_TAIL_ANNOTATION: tail, LOG_FILE_ANNOTATION: str(log_path)})
         LOG.info("%s/%s[%s] exited %d", ns, name, c.name, code)
-        self.journal({"namespace": ns, "pod": name, "uid": run.uid, "container": c.name, "image": c.image,
-                      "argv": argv, "start": started, "end": time.time(), "exitCode": code,
-                      "labels": pod.metadata.labels or {}, "log": str(log_path)})
+        self.journal(
+            {
+                "namespace": ns,
+                "pod": name,
+                "uid": run.uid,
+                "container": c.name,
+                "image": c.image,
+                "argv": argv,
+                "start": started,
+                "end": time.time(),
+                "exitCode": code,
+                "labels": pod.metadata.labels or {},
+                "log": str(log_path),
+            }
+        )
         return code, tail
 
     def journal(self, entry: dict[str, Any]) -> None:
@@ -728,21 +956,33 @@ class Runner:
         except OSError:
             return ""
 
-    def register_logs(self, pod: client.V1Pod, container: str, path: Path) -> None:
-        """Point kwok's kubelet server at the log file so `kubectl logs` (and Helm) can read it."""
-        path.touch()
+    def register_logs(self, pod: client.V1Pod, pod_dir: Path) -> None:
+        """Point kwok's kubelet server at the container log files (CRI format) so `kubectl logs` (and Helm's
+        hook-output-log-policy) can read them; one kwok Logs object per pod, owned by the pod."""
+        containers = (pod.spec.init_containers or []) + pod.spec.containers
+        for c in containers:
+            (pod_dir / f"{c.name}.cri.log").touch()
+            (pod_dir / f"{c.name}.log").touch()
         if not self.kwok_logs:
             return
         name = pod.metadata.name
         ns = pod.metadata.namespace
-        logs = [{"containers": [c.name], "logsFile": str(Path(path).parent / f"{c.name}.log"), "follow": True}
-                for c in (pod.spec.init_containers or []) + pod.spec.containers]
-        for c in (pod.spec.init_containers or []) + pod.spec.containers:
-            (path.parent / f"{c.name}.log").touch()
-        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-                "metadata": {"name": name, "namespace": ns, "ownerReferences": [{
-                    "apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod.metadata.uid}]},
-                "spec": {"logs": logs}}
+        logs = [
+            {"containers": [c.name], "logsFile": str(pod_dir / f"{c.name}.cri.log"), "follow": False}
+            for c in containers
+        ]
+        body = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Logs",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod.metadata.uid}
+                ],
+            },
+            "spec": {"logs": logs},
+        }
         try:
             self.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", ns, "logs", body)
         except ApiException as e:
@@ -750,24 +990,46 @@ class Runner:
                 LOG.warning("%s/%s: kwok Logs object not created: %s", ns, name, e.reason)
 
 
+def cri_line(line: bytes) -> bytes:
+    """One line in the CRI container log format the kubelet (and kwok) serve: `<time> stdout F <msg>`."""
+    ts = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()
+    if line.endswith(b"\n"):
+        return ts + b" stdout F " + line
+    return ts + b" stdout P " + line + b"\n"
+
+
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parents[2]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kubeconfig", required=True, help="admin kubeconfig of the testbed")
     ap.add_argument("--work-dir", required=True, type=Path, help="per-pod dirs, logs and the ready marker")
-    ap.add_argument("--image-regex", default="miles-hooks", help="run pods with a (init) container image matching this")
-    ap.add_argument("--venv-bin", type=Path, default=root / ".venv" / "bin", help="first on PATH of every process")
-    ap.add_argument("--path-map", action="append", default=[], metavar="IMAGE_PATH=LOCAL_PATH",
-                    help="map a path inside the image to a local one (repeatable); "
-                         "default: /opt/miles-hooks/pkg=<repo>/hooks/src")
+    ap.add_argument(
+        "--image-regex", default="miles-hooks", help="run pods with a (init) container image matching this"
+    )
+    ap.add_argument(
+        "--venv-bin", type=Path, default=root / ".venv" / "bin", help="first on PATH of every process"
+    )
+    ap.add_argument(
+        "--path-map",
+        action="append",
+        default=[],
+        metavar="IMAGE_PATH=LOCAL_PATH",
+        help="map a path inside the image to a local one (repeatable); "
+        "default: /opt/miles-hooks/pkg=<repo>/hooks/src",
+    )
     ap.add_argument("--ray-dashboard", default="127.0.0.1:38265", help="local Ray dashboard host:port")
     ap.add_argument("--ray-gcs", default="127.0.0.1:36379", help="local Ray GCS host:port")
     ap.add_argument("--ray-client", default="127.0.0.1:36001", help="local Ray client server host:port")
-    ap.add_argument("--default-entrypoint", default="miles-hooks",
-                    help="command for containers without `command` (the hooks image ENTRYPOINT), space-separated")
+    ap.add_argument(
+        "--default-entrypoint",
+        default="miles-hooks",
+        help="command for containers without `command` (the hooks image ENTRYPOINT), space-separated",
+    )
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout
+    )
 
     try:
         regex = re.compile(args.image_regex)
@@ -788,10 +1050,19 @@ def main(argv: list[str]) -> int:
     cluster = kc["clusters"][0]["cluster"]
     args.work_dir.mkdir(parents=True, exist_ok=True)
     (args.work_dir / "ready").unlink(missing_ok=True)
-    s = Settings(kubeconfig=args.kubeconfig, work_dir=args.work_dir.resolve(), image_regex=regex,
-                 venv_bin=args.venv_bin, path_map=path_map, ray_dashboard=args.ray_dashboard, ray_gcs=args.ray_gcs,
-                 ray_client=args.ray_client, api_server=cluster["server"],
-                 ca_data=cluster["certificate-authority-data"], default_entrypoint=args.default_entrypoint.split())
+    s = Settings(
+        kubeconfig=args.kubeconfig,
+        work_dir=args.work_dir.resolve(),
+        image_regex=regex,
+        venv_bin=args.venv_bin,
+        path_map=path_map,
+        ray_dashboard=args.ray_dashboard,
+        ray_gcs=args.ray_gcs,
+        ray_client=args.ray_client,
+        api_server=cluster["server"],
+        ca_data=cluster["certificate-authority-data"],
+        default_entrypoint=args.default_entrypoint.split(),
+    )
     runner = Runner(s)
 
     def stop(_sig: int, _frm: Any) -> None:

@@ -21,8 +21,8 @@ if ((delete)); then
   exit 0
 fi
 mkdir -p "$FSX_DIR"
-"$bin/kubectl" "${kc[@]}" create namespace "$ns" --dry-run=client -o yaml | "$bin/kubectl" "${kc[@]}" apply -f - >/dev/null
-"$bin/kubectl" "${kc[@]}" apply -f - >/dev/null <<YAML
+"$bin/kubectl" "${kc[@]}" get namespace "$ns" >/dev/null 2>&1 || "$bin/kubectl" "${kc[@]}" create namespace "$ns" >/dev/null
+"$bin/kubectl" "${kc[@]}" apply --validate=false -f - >/dev/null <<YAML
 apiVersion: v1
 kind: PersistentVolume
 metadata:

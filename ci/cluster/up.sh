@@ -10,6 +10,7 @@ source "$here/config.sh"
 source "$here/lib.sh"
 
 t0=$(date +%s.%N)
+UP_T0=$t0
 need_bins kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kuberay-operator
 [[ -x "$root/.venv/bin/ray" ]] || die "ray not found at .venv/bin/ray: run \`ci/install-tools.sh python\` (or make tools)"
 [[ -x "$root/.venv/bin/python" ]] || die ".venv/bin/python missing: run \`ci/install-tools.sh python\`"
@@ -79,7 +80,12 @@ start_proc kube-apiserver "$bin/kube-apiserver" \
   --profiling=false --event-ttl=1h --v=1
 wait_for "kube-apiserver /readyz" 60 "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz
 
-# --- the rest of the control plane, kwok and KubeRay, in parallel ----------------------------------------
+# --- the rest of the control plane, kwok, KubeRay and the pod runner, in parallel --------------------------
+# (--validate=false: client-side validation would first download the whole OpenAPI document.)
+"$bin/kubectl" --kubeconfig "$kc" create --validate=false -f "$tools/kwok/crds/" -f "$tools/kuberay/crds/" >/dev/null
+start_proc pod-runner "$root/.venv/bin/python" "$here/pod_runner.py" --kubeconfig "$kc" \
+  --work-dir "$CLUSTER_DIR/runner" --image-regex "$RUNNER_IMAGE_REGEX" \
+  --ray-dashboard "127.0.0.1:$RAY_DASHBOARD_PORT" --ray-gcs "127.0.0.1:$RAY_GCS_PORT" --ray-client "127.0.0.1:$RAY_CLIENT_PORT"
 start_proc kube-controller-manager "$bin/kube-controller-manager" \
   --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
   --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
@@ -91,7 +97,6 @@ start_proc kube-scheduler "$bin/kube-scheduler" \
   --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false --profiling=false --v=1
 # kwok's kubelet server (127.0.0.1:$KWOK_PORT, the simulated nodes' kubelet endpoint) serves `kubectl logs` for
 # the pods the runner executes, through one kwok Logs object per pod.
-"$bin/kubectl" --kubeconfig "$kc" create -f "$tools/kwok/crds/" -f "$tools/kuberay/crds/" >/dev/null
 sed "s|@RUNNER_IMAGE_REGEX@|$RUNNER_IMAGE_REGEX|g" "$here/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
 start_proc kwok "$bin/kwok" --kubeconfig="$kc" --config="$CLUSTER_DIR/kwok-stages.yaml" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
@@ -99,16 +104,12 @@ start_proc kwok "$bin/kwok" --kubeconfig="$kc" --config="$CLUSTER_DIR/kwok-stage
   --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" --enable-crds=Logs \
   --node-lease-duration-seconds=40 --cidr=10.244.0.1/16
 
-python3 "$here/nodes.py" | "$bin/kubectl" --kubeconfig "$kc" create -f - >/dev/null
+python3 "$here/nodes.py" | "$bin/kubectl" --kubeconfig "$kc" create --validate=false -f - >/dev/null
+log "created CRDs and $((NODES + CPU_NODES)) nodes"
 "$bin/kubectl" --kubeconfig "$kc" wait --for=condition=Established --timeout=30s crd/rayclusters.ray.io >/dev/null
 start_proc kuberay-operator env KUBECONFIG="$kc" "$bin/kuberay-operator" \
   --metrics-addr="127.0.0.1:$KUBERAY_METRICS_PORT" --health-probe-bind-address="127.0.0.1:$KUBERAY_HEALTH_PORT" \
   --enable-leader-election=false --log-stdout-encoder=console
-
-# --- pod runner (ours) -----------------------------------------------------------------------------------
-start_proc pod-runner "$root/.venv/bin/python" "$here/pod_runner.py" --kubeconfig "$kc" \
-  --work-dir "$CLUSTER_DIR/runner" --image-regex "$RUNNER_IMAGE_REGEX" \
-  --ray-dashboard "127.0.0.1:$RAY_DASHBOARD_PORT" --ray-gcs "127.0.0.1:$RAY_GCS_PORT" --ray-client "127.0.0.1:$RAY_CLIENT_PORT"
 
 # --- readiness -------------------------------------------------------------------------------------------
 wait_for "kube-controller-manager /healthz" 30 curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"

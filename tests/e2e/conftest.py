@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import uuid
 from collections.abc import Iterator
@@ -44,11 +43,15 @@ def testbed() -> Iterator[Path]:
 def namespace(testbed: Path) -> Iterator[str]:
     ns = f"e2e-{uuid.uuid4().hex[:8]}"
     tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), ns, "fsx-claim"])
-    tb.kubectl("-n", ns, "create", "secret", "generic", "hf-token", "--from-literal=token=hf_testbed_not_a_token")
+    tb.kubectl(
+        "-n", ns, "create", "secret", "generic", "hf-token", "--from-literal=token=hf_testbed_not_a_token"
+    )
     try:
         yield ns
     finally:
-        for rel in json.loads(tb.run([str(tb.TOOLS_BIN / "helm"), "list", "-n", ns, "-o", "json"]).out or "[]"):
+        for rel in json.loads(
+            tb.run([str(tb.TOOLS_BIN / "helm"), "list", "-n", ns, "-o", "json"]).out or "[]"
+        ):
             tb.run([str(tb.TOOLS_BIN / "helm"), "uninstall", rel["name"], "-n", ns, "--wait"], check=False)
             for job in tb.release_jobs(rel["name"], ns):
                 tb.stop_job(job["submission_id"])
@@ -56,25 +59,14 @@ def namespace(testbed: Path) -> Iterator[str]:
         tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), "--delete", ns, "fsx-claim"], check=False)
 
 
-def rendered_spec(values: list[Path], release: str, namespace: str, extra: list[str] | None = None) -> dict[str, Any]:
-    """The run spec `helm template` renders for these values, as the hook processes see it (the runner maps the
-    storage mount /fsx to $FSX_DIR and the head Service to the local Ray head)."""
-    args = ["template", release, str(tb.CHART), "-n", namespace]
-    for v in values:
-        args += ["-f", str(v)]
-    out = tb.helm("helm", *args, *(extra or [])).out
-    m = re.search(r"run\.json: \|-?\n((?:    .*\n|\n)+)", out)
-    assert m, "no run.json in the rendered chart"
-    text = "\n".join(line[4:] for line in m.group(1).splitlines())
-    return tb.as_seen_by_hooks(text)
-
-
 @pytest.fixture
 def inputs_ready(testbed: Path) -> Any:
     """prepare(values, release, namespace): seeds the prepared model/data and the converted checkpoint."""
 
-    def prepare(values: list[Path], release: str, namespace: str, extra: list[str] | None = None) -> dict[str, Any]:
-        raw = rendered_spec(values, release, namespace, extra)
+    def prepare(
+        values: list[Path], release: str, namespace: str, extra: list[str] | None = None
+    ) -> dict[str, Any]:
+        raw = tb.rendered_spec(values, release, namespace, extra)
         seed.publish_converted(raw, testbed)
         return raw
 

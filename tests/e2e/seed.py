@@ -45,16 +45,26 @@ def seed(fsx: Path, revision: str = "main") -> Path:
     mirror = fsx / "hub-mirror"
     for repo, (vocab, hidden, layers) in MODELS.items():
         d = mirror / "models" / repo / revision
-        config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": vocab,
-                  "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": 4,
-                  "num_key_value_heads": 2, "intermediate_size": 4 * hidden, "torch_dtype": "bfloat16"}
+        config = {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "vocab_size": vocab,
+            "hidden_size": hidden,
+            "num_hidden_layers": layers,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 4 * hidden,
+            "torch_dtype": "bfloat16",
+        }
         write(d / "config.json", json.dumps(config, indent=1) + "\n")
         write(d / "tokenizer_config.json", json.dumps({"model_max_length": 4096}) + "\n")
         write(d / "generation_config.json", json.dumps({"temperature": 0.6}) + "\n")
         write(d / "model.safetensors", b"\0" * 4096)
     for repo, name in DATASETS.items():
-        rows = [{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "label": str(2 * i)}
-                for i in range(16)]
+        rows = [
+            {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "label": str(2 * i)}
+            for i in range(16)
+        ]
         write(mirror / "datasets" / repo / revision / name, "".join(json.dumps(r) + "\n" for r in rows))
     return mirror
 
@@ -80,8 +90,14 @@ def publish_converted(raw: dict[str, Any], mirror: Path) -> None:
     (tmp / "release" / "__0_0.distcp").write_bytes(b"\0" * 1024)
     (tmp / "release" / "common.pt").write_bytes(b"\0" * 64)
     (tmp / convert.ITERATION_FILE).write_text("release\n")
-    marker = {"kind": convert.MARKER_KIND, "version": 1, "source": source, "files": convert.listed_files(tmp),
-              "tensors": 0, "convertedAt": "testbed-seed"}
+    marker = {
+        "kind": convert.MARKER_KIND,
+        "version": 1,
+        "source": source,
+        "files": convert.listed_files(tmp),
+        "tensors": 0,
+        "convertedAt": "testbed-seed",
+    }
     fsutil.atomic_write_json(tmp / convert.MARKER, marker)
     if target.exists():
         import shutil
@@ -93,11 +109,31 @@ def publish_converted(raw: dict[str, Any], mirror: Path) -> None:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fsx", type=Path, default=Path(os.environ.get("FSX_DIR") or "/tmp/miles-testbed-fsx"))
+    ap.add_argument(
+        "--publish-converted",
+        action="store_true",
+        help="also prepare the inputs of the release rendered from the helm args after `--` "
+        "and publish its converted checkpoint",
+    )
+    ap.add_argument("--release", default="miles")
+    ap.add_argument("--namespace", default="default")
+    ap.add_argument("helm_args", nargs="*", help="-f values files (after --)")
     args = ap.parse_args(argv)
     if not args.fsx.is_absolute():
         print(f"seed.py: --fsx must be an absolute path, got {args.fsx}", file=sys.stderr)
         return 2
-    print(seed(args.fsx))
+    mirror = seed(args.fsx)
+    print(mirror)
+    if args.publish_converted:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import testbed
+
+        values = [Path(a) for a in args.helm_args if a != "-f"]
+        missing = [str(v) for v in values if not v.is_file()]
+        if missing:
+            print(f"seed.py: values file(s) not found: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        publish_converted(testbed.rendered_spec(values, args.release, args.namespace), mirror)
     return 0
 
 

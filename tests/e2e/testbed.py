@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ JOURNAL = CLUSTER_DIR / "runner" / "journal.jsonl"
 HOOK_ORDER = ["preflight", "prepare-data", "convert", "wait-ready", "verify", "submit"]
 
 
-class CommandFailed(AssertionError):
+class CommandFailedError(AssertionError):
     pass
 
 
@@ -37,16 +38,25 @@ class Result:
     seconds: float
 
 
-def run(argv: list[str], check: bool = True, timeout: float = 900, env: dict[str, str] | None = None) -> Result:
-    full_env = dict(os.environ, KUBECONFIG=str(KUBECONFIG),
-                    PATH=f"{TOOLS_BIN}:{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}")
+def run(
+    argv: list[str], check: bool = True, timeout: float = 900, env: dict[str, str] | None = None
+) -> Result:
+    full_env = dict(
+        os.environ,
+        KUBECONFIG=str(KUBECONFIG),
+        PATH=f"{TOOLS_BIN}:{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}",
+    )
     full_env.update(env or {})
     t0 = time.monotonic()
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO, check=False)
+    p = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO, check=False
+    )
     res = Result(p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
     if check and p.returncode != 0:
-        raise CommandFailed(f"{' '.join(argv)} exited {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n"
-                            f"--- stderr\n{p.stderr[-4000:]}")
+        raise CommandFailedError(
+            f"{' '.join(argv)} exited {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n"
+            f"--- stderr\n{p.stderr[-4000:]}"
+        )
     return res
 
 
@@ -103,7 +113,9 @@ def hook_steps(entries: list[dict[str, Any]]) -> list[str]:
     for e in sorted(entries, key=lambda e: e["start"]):
         argv = e["argv"]
         for i, a in enumerate(argv):
-            if a in HOOK_ORDER + ["status"] and (i > 0 and ("miles-hooks" in argv[i - 1] or argv[i - 1] == "miles_hooks")):
+            if a in [*HOOK_ORDER, "status"] and (
+                i > 0 and ("miles-hooks" in argv[i - 1] or argv[i - 1] == "miles_hooks")
+            ):
                 steps.append(a)
                 break
     return steps
@@ -115,8 +127,12 @@ def ray_jobs() -> list[dict[str, Any]]:
 
 
 def release_jobs(release: str, namespace: str) -> list[dict[str, Any]]:
-    return [j for j in ray_jobs() if (j.get("metadata") or {}).get("miles.release") == release
-            and (j.get("metadata") or {}).get("miles.namespace") == namespace]
+    return [
+        j
+        for j in ray_jobs()
+        if (j.get("metadata") or {}).get("miles.release") == release
+        and (j.get("metadata") or {}).get("miles.namespace") == namespace
+    ]
 
 
 def stop_job(submission_id: str) -> None:
@@ -156,3 +172,16 @@ def run_spec(namespace: str, fullname: str) -> dict[str, Any]:
     """The run spec the release's ConfigMap holds, as the hooks see it."""
     cm = kget("configmap", namespace, f"{fullname}-run")
     return as_seen_by_hooks(cm["data"]["run.json"])
+
+
+def rendered_spec(
+    values: list[Path], release: str, namespace: str, extra: list[str] | None = None
+) -> dict[str, Any]:
+    """The run spec `helm template` renders for these values, as the hook processes see it."""
+    args = ["template", release, str(CHART), "-n", namespace]
+    for v in values:
+        args += ["-f", str(v)]
+    out = helm("helm", *args, *(extra or [])).out
+    m = re.search(r"run\.json: \|-?\n((?:    .*\n|\n)+)", out)
+    assert m, "no run.json in the rendered chart"
+    return as_seen_by_hooks("\n".join(line[4:] for line in m.group(1).splitlines()))

@@ -1,4 +1,4 @@
-"""Testbed stand-in for miles' train.py: validates the derived arguments, simulates rollouts, trains nothing."""
+"""Testbed stand-in for miles' train.py: checks the derived arguments, simulates rollouts, trains nothing."""
 
 import argparse
 import os
@@ -26,7 +26,9 @@ def main() -> int:
     a, rest = p.parse_known_args()
     problems = []
     if a.rollout_batch_size * a.n_samples_per_prompt != a.global_batch_size * a.num_steps_per_rollout:
-        problems.append("rollout_batch_size x n_samples_per_prompt != global_batch_size x num_steps_per_rollout")
+        problems.append(
+            "rollout_batch_size x n_samples_per_prompt != global_batch_size x num_steps_per_rollout"
+        )
     if a.colocate and a.rollout_num_gpus != a.actor_num_nodes * a.actor_num_gpus_per_node:
         problems.append("colocated run: rollout GPUs != actor nodes x GPUs per node")
     for path in (a.hf_checkpoint, a.prompt_data):
@@ -35,8 +37,11 @@ def main() -> int:
     if problems:
         print("testbed train.py: invalid arguments: " + "; ".join(problems), file=sys.stderr)
         return 2
-    print(f"testbed train.py (stand-in, trains nothing): {a.actor_num_nodes} actor node(s), "
-          f"colocate={a.colocate}, {len(rest)} other args", flush=True)
+    print(
+        f"testbed train.py (stand-in, trains nothing): {a.actor_num_nodes} actor node(s), "
+        f"colocate={a.colocate}, {len(rest)} other args",
+        flush=True,
+    )
     budget = float(os.environ.get("TESTBED_TRAIN_SECONDS", "600"))
     step = float(os.environ.get("TESTBED_ROLLOUT_SECONDS", "2"))
     start = time.monotonic()

@@ -11,7 +11,9 @@ def main() -> int:
         return 2
     profile = sys.argv[1]
     if profile not in PROFILES:
-        print(f"unknown model profile {profile!r} (testbed stand-in knows {sorted(PROFILES)})", file=sys.stderr)
+        print(
+            f"unknown model profile {profile!r} (testbed stand-in knows {sorted(PROFILES)})", file=sys.stderr
+        )
         return 2
     print("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 256 --vocab-size 1024")
     return 0

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# make demo: the local testbed end to end. Builds the tools if needed, brings the cluster up, installs the
+# colocated scenario with the real hooks, prints progress and the final state, and how to look around.
+# Usage: ci/cluster/demo.sh [RELEASE] [NAMESPACE]      (defaults: miles, miles-demo)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/config.sh"
+source "$here/lib.sh"
+release=${1:-miles}
+ns=${2:-miles-demo}
+export KUBECONFIG="$KUBECONFIG_TESTBED" PATH="$bin:$root/.venv/bin:$PATH"
+
+"$root/ci/install-tools.sh" cluster python helm
+"$here/up.sh"
+
+log "preparing namespace $ns: shared-storage claim, hf-token Secret, local Hugging Face mirror"
+"$here/storage.sh" "$ns"
+kubectl -n "$ns" create secret generic hf-token --from-literal=token=hf_testbed_not_a_token \
+  --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+python3 "$root/tests/e2e/seed.py" >/dev/null
+values=(-f "$root/values/values-local-testbed.yaml" -f "$root/values/values-colocated.yaml")
+# The testbed has no torch to convert with: publish the converted checkpoint a previous run would have left.
+"$root/.venv/bin/python" "$root/tests/e2e/seed.py" --publish-converted --release "$release" --namespace "$ns" \
+  -- "${values[@]}"
+
+log "helm install $release (colocated scenario) — hooks run for real; progress every 2 s"
+t0=$SECONDS
+helm upgrade --install "$release" "$root/charts/miles" -n "$ns" "${values[@]}" --wait --timeout 10m &
+helm_pid=$!
+last=""
+while kill -0 "$helm_pid" 2>/dev/null; do
+  now=$(kubectl -n "$ns" get pods --no-headers -o custom-columns='POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName' 2>/dev/null | sort)
+  if [[ $now != "$last" ]]; then
+    printf '\n[%3ds] pods in %s:\n%s\n' $((SECONDS - t0)) "$ns" "$now"
+    last=$now
+  fi
+  sleep 2
+done
+if ! wait "$helm_pid"; then
+  log "helm install failed; hook logs: ci/cluster/pod-logs.sh <pod> $ns, runner: $CLUSTER_DIR/logs/pod-runner.log"
+  exit 1
+fi
+log "installed in $((SECONDS - t0)) s"
+
+echo; echo "=== hooks run (in order), from the pod runner's journal ==="
+python3 - "$CLUSTER_DIR/runner/journal.jsonl" "$ns" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["namespace"] == sys.argv[2]:
+        print(f"  {e['pod']:<48} {e['container']:<18} exit {e['exitCode']}  {e['end'] - e['start']:.1f}s")
+PY
+echo; echo "=== pods ==="; kubectl -n "$ns" get pods -o wide
+echo; echo "=== RayCluster ==="; kubectl -n "$ns" get raycluster
+kubectl -n "$ns" get raycluster -o jsonpath='{range .items[*]}{.metadata.name}: {range .status.conditions[*]}{.type}={.status} {end}{"\n"}{end}'
+echo; echo "=== Ray job ==="
+RAY_ADDRESS="http://127.0.0.1:$RAY_DASHBOARD_PORT" ray job list 2>/dev/null | tail -n +1 | grep -o "submission_id='[^']*'\|status=<JobStatus.[A-Z]*\|entrypoint='[^']\{0,120\}" || true
+echo; echo "=== helm test ==="; helm test "$release" -n "$ns" --logs || true
+cat <<MSG
+
+Look around:
+  export KUBECONFIG=$KUBECONFIG_TESTBED PATH=$bin:\$PATH
+  kubectl -n $ns get pods,jobs,raycluster,svc,cm
+  kubectl get nodes -L node.kubernetes.io/instance-type,sagemaker.amazonaws.com/node-health-status
+  ci/cluster/pod-logs.sh <hook-pod> $ns           # logs of the hook pods (also after they are deleted)
+  RAY_ADDRESS=http://127.0.0.1:$RAY_DASHBOARD_PORT ray job list    # the submitted job (real local Ray)
+  open http://127.0.0.1:$RAY_DASHBOARD_PORT         # Ray dashboard
+Tear down:
+  helm uninstall $release -n $ns; make cluster-down
+MSG
