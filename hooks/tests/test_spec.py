@@ -79,6 +79,14 @@ def test_secret_values_are_refused_in_runtime_env() -> None:
     )
 
 
+def test_secret_like_names_are_whole_words() -> None:
+    ok = {"TOKENIZERS_PARALLELISM": "false", "NCCL_SOCKET_IFNAME": "^lo", "KEYRING": "x"}
+    assert problems_for(lambda r: r["runtimeEnv"]["envVars"].update(ok)) == []
+    for name in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MY_API_KEY", "GOOGLE_CREDENTIALS"):
+        found = problems_for(lambda r, n=name: r["runtimeEnv"]["envVars"].update({n: "v"}))
+        assert found and found[0].startswith(f"runtimeEnv.envVars.{name}:"), name
+
+
 def test_load_errors(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="not found at"):
         specmod.load(tmp_path / "missing.json")

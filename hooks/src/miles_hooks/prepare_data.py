@@ -320,14 +320,18 @@ def _wanted(target: Target, listing: list[RemoteFile]) -> list[RemoteFile]:
     return [by_name[name] for name in target.files]
 
 
-def _present_ok(path: Path, f: RemoteFile) -> bool:
+def _present_ok(path: Path, f: RemoteFile) -> tuple[bool, str | None]:
+    """(already good, its sha256 when it had to be computed)."""
     try:
         size = path.stat().st_size
     except OSError:
-        return False
+        return False, None
     if f.size is not None and size != f.size:
-        return False
-    return f.sha256 is None or fsutil.sha256_file(path) == f.sha256
+        return False, None
+    if f.sha256 is None:
+        return True, None
+    digest = fsutil.sha256_file(path)
+    return digest == f.sha256, digest
 
 
 def ensure(target: Target, source: Source) -> dict[str, Any]:
@@ -380,7 +384,8 @@ def ensure(target: Target, source: Source) -> dict[str, Any]:
     records: list[dict[str, Any]] = []
     for i, f in enumerate(wanted, 1):
         dest = target.directory / safe_relpath(f.name)
-        if _present_ok(dest, f):
+        present, digest = _present_ok(dest, f)
+        if present:
             LOG.debug("present", extra={"fields": {"file": f.name}})
         else:
             LOG.info(
@@ -395,8 +400,10 @@ def ensure(target: Target, source: Source) -> dict[str, Any]:
             )
             source.fetch(target, resolved, f, dest, _ProgressLog(target.label, f.name, f.size))
             fetched += 1
+            digest = None
         size = dest.stat().st_size
-        digest = fsutil.sha256_file(dest)
+        if digest is None:
+            digest = fsutil.sha256_file(dest)
         if (f.size is not None and size != f.size) or (f.sha256 and digest != f.sha256):
             dest.unlink()
             raise CheckFailed(

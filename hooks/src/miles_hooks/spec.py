@@ -41,7 +41,9 @@ JOB_DEFINING_SUBKEYS: dict[str, tuple[str, ...]] = {
 
 # Env var names that look like credentials must come from Secrets (spec.secrets), never from the
 # plain runtime env that ends up in the Ray job's metadata.
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+_SECRET_NAME = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)

@@ -204,8 +204,12 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
     version = _http_json(dashboard + "/api/version").get("ray_version")
     problems = version_problems(version, raw)
     node_list = list_nodes(dashboard)
-    found, workers = node_problems(node_list, raw)
-    problems += found
+    if raw["mode"] == "singleNode":
+        # the pod-local Ray of the single-node Job: one node with all the GPUs, no head/worker split
+        workers = [n for n in node_list if n.get("state") == "ALIVE"]
+    else:
+        found, workers = node_problems(node_list, raw)
+        problems += found
     cl = rayjobs.client(dashboard)
     busy = [
         j.submission_id
