@@ -1,6 +1,8 @@
 {{/*
 miles.hookSteps: JSON list of the hook steps this release renders, in DESIGN.md's order.
-Each: key (values key), step (CLI subcommand), phase (pre|post), runSpec (ConfigMap the pod mounts).
+Each: key (values key), step (CLI subcommand), name (Job suffix, default step), runSpec (ConfigMap the
+pod mounts). convert (pre-install) runs in the miles image with GPUs; convertCheck (pre-upgrade) runs
+the same step in the hooks image on CPU, because the running RayCluster holds the GPUs during an upgrade.
 Post-install/post-upgrade steps run only in rayCluster mode; convert only for the megatron backend.
 */}}
 {{- define "miles.hookSteps" -}}
@@ -11,7 +13,10 @@ Post-install/post-upgrade steps run only in rayCluster mode; convert only for th
 {{- if $v.hooks.enabled -}}
 {{- if $v.hooks.preflight.enabled -}}{{- $steps = append $steps (dict "key" "preflight" "step" "preflight" "runSpec" $pre) -}}{{- end -}}
 {{- if $v.hooks.prepareData.enabled -}}{{- $steps = append $steps (dict "key" "prepareData" "step" "prepare-data" "runSpec" $pre) -}}{{- end -}}
-{{- if and $v.hooks.convert.enabled (eq $v.model.trainBackend "megatron") -}}{{- $steps = append $steps (dict "key" "convert" "step" "convert" "runSpec" $pre) -}}{{- end -}}
+{{- if and $v.hooks.convert.enabled (eq $v.model.trainBackend "megatron") -}}
+{{- $steps = append $steps (dict "key" "convert" "step" "convert" "name" "convert" "runSpec" $pre) -}}
+{{- if $v.hooks.convertCheck.enabled -}}{{- $steps = append $steps (dict "key" "convertCheck" "step" "convert" "name" "convert-check" "runSpec" $pre) -}}{{- end -}}
+{{- end -}}
 {{- if eq $v.mode "rayCluster" -}}
 {{- if $v.hooks.waitReady.enabled -}}{{- $steps = append $steps (dict "key" "waitReady" "step" "wait-ready" "runSpec" $post) -}}{{- end -}}
 {{- if $v.hooks.verify.enabled -}}{{- $steps = append $steps (dict "key" "verify" "step" "verify" "runSpec" $post) -}}{{- end -}}
@@ -85,7 +90,7 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 {{- $_ := set $pod "scheduling" true -}}
 {{- else -}}
 {{- $main := dict
-  "name" $s.step
+  "name" (default $s.step $s.name)
   "image" (include "miles.hooksImage" $ctx)
   "imagePullPolicy" $v.hooks.image.pullPolicy
   "command" $cmd
@@ -95,7 +100,7 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 -}}
 {{- $_ := set $pod "container" $main -}}
 {{- $_ := set $pod "podSecurityContext" $v.hooks.podSecurityContext -}}
-{{- $_ := set $pod "storage" (has $s.key (list "prepareData" "submit" "test")) -}}
+{{- $_ := set $pod "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "test")) -}}
 {{- end -}}
-{{- include "miles.podTemplate" (dict "context" $ctx "component" (printf "hook-%s" $s.step) "pod" $pod) -}}
+{{- include "miles.podTemplate" (dict "context" $ctx "component" (printf "hook-%s" (default $s.step $s.name)) "pod" $pod) -}}
 {{- end -}}
