@@ -89,7 +89,7 @@ def test_unschedulable_reasons() -> None:
 def test_capacity_partial_efa_is_an_error_reason() -> None:
     assert pf.capacity_reasons(node("a"), "nvidia.com/gpu", 8, "vpc.amazonaws.com/efa", 15) == []
     partial = pf.capacity_reasons(node("a", efa=32), "nvidia.com/gpu", 8, "vpc.amazonaws.com/efa", 15)
-    assert len(partial) == 1 and "partial EFA request" in partial[0] and "to 32" in partial[0]
+    assert partial == ["partial EFA request: a worker requests 15 of the node's 32 vpc.amazonaws.com/efa"]
     short = pf.capacity_reasons(node("a", gpu=4, efa=8), "nvidia.com/gpu", 8, "vpc.amazonaws.com/efa", 15)
     assert short == [
         "allocatable nvidia.com/gpu is 4, a worker needs 8",

@@ -120,9 +120,7 @@ def capacity_reasons(
             reasons.append(f"allocatable {efa_resource} is {have_efa}, a worker requests {efa}")
         elif have_efa > efa:
             reasons.append(
-                f"partial EFA request: a worker requests {efa} of the node's {have_efa} "
-                f"{efa_resource} (all-reduce works, point-to-point fails with 'Unexpected number "
-                f"of remote rails'); set the EFA count per worker (checks.nodes.efaPerNode) to {have_efa}"
+                f"partial EFA request: a worker requests {efa} of the node's {have_efa} {efa_resource}"
             )
     return reasons
 
@@ -166,7 +164,8 @@ def evaluate_workers(nodes: list[dict[str, Any]], raw: dict[str, Any]) -> list[F
                 ERROR,
                 "checks.nodes.efaPerNode",
                 f"workers request {efa} {chk['efaResource']} but node(s) {', '.join(names[:5])} "
-                f"have {have}: a partial EFA request breaks point-to-point traffic; set it to {have}",
+                f"have {have}: a partial EFA request passes all-reduce but fails point-to-point "
+                f"('Unexpected number of remote rails'); set it to {have}",
             )
         )
     sel = json.dumps(selector, sort_keys=True)

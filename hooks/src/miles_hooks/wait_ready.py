@@ -174,7 +174,7 @@ def watch_until_ready(api: Any, spec: RunSpec, deadline: float) -> list[str]:
 
     name = spec.raw["rayCluster"]["name"]
     expected = int(spec.raw["topology"]["workerReplicas"])
-    reasons = ["no event received yet"]
+    reasons = [f"RayCluster {name} not found in namespace {spec.namespace}"]
     last_logged: list[str] = []
     resource_version: str | None = None
     while True:
