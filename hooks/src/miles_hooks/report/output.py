@@ -92,11 +92,14 @@ def render(result: dict[str, Any]) -> str:
             f"~{human_bytes(space['expectedBytes'])} ({space['basis']})"
             + (f": {fit} more save(s) fit [{space['status']}]" if fit is not None else " [unknown]")
         )
-    lines.append(
-        f"tensorboard    : {tb['files']} event file(s), {tb['scalars']} scalars in {tb['dir']}; last "
-        f"metric {ago(tb.get('lastScalarTime'), now)}"
-        + (f" ({tb['lastScalarTag']} step {tb['lastScalarStep']})" if tb.get("lastScalarTag") else "")
-    )
+    if not tb.get("exists"):
+        lines.append(f"tensorboard    : {tb['dir']} does not exist yet")
+    else:
+        lines.append(
+            f"tensorboard    : {tb['files']} event file(s), {tb['scalars']} scalars in {tb['dir']}; last "
+            f"metric {ago(tb.get('lastScalarTime'), now)}"
+            + (f" ({tb['lastScalarTag']} step {tb['lastScalarStep']})" if tb.get("lastScalarTag") else "")
+        )
     rows = []
     for tag, m in result["metrics"].items():
         rows.append(
@@ -113,10 +116,11 @@ def render(result: dict[str, Any]) -> str:
             ]
         )
     if rows:
+        window = f"mean of last {result['thresholds']['flatRewardRollouts']}"
         lines.append("")
         lines.extend(
             table(
-                ["metric", "points", "first", "last step", "last", "min", "max", "recent mean", "non-finite"],
+                ["metric", "points", "first step", "last step", "last", "min", "max", window, "non-finite"],
                 rows,
             )
         )
