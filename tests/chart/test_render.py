@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 
@@ -80,6 +81,16 @@ EXPECTED = {
 }
 
 
+def train_job(documents):
+    jobs = [
+        d
+        for d in documents
+        if d["kind"] == "Job" and re.fullmatch(rf"{RELEASE}-train-[0-9a-f]{{8}}", d["metadata"]["name"])
+    ]
+    assert len(jobs) <= 1
+    return jobs[0] if jobs else None
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("helm", HELMS)
 def test_scenario_renders(helm, scenario):
@@ -87,7 +98,7 @@ def test_scenario_renders(helm, scenario):
     kinds = {d["kind"] for d in documents}
     assert "ConfigMap" in kinds
     if "single-node" in scenario:
-        assert "RayCluster" not in kinds and find(documents, "Job", f"{RELEASE}-train")
+        assert "RayCluster" not in kinds and train_job(documents)
     else:
         assert len(find(documents, "RayCluster")) == 1
 
@@ -140,7 +151,7 @@ def test_derived_topology(scenario):
             == f"http://{rc['metadata']['name']}-head-svc.{NAMESPACE}.svc:8265"
         )
     else:
-        (job,) = find(documents, "Job", f"{RELEASE}-train")
+        job = train_job(documents)
         c = job["spec"]["template"]["spec"]["containers"][0]
         assert c["resources"]["limits"]["nvidia.com/gpu"] == str(t["gpusPerWorker"])
 

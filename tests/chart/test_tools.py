@@ -45,7 +45,7 @@ def test_kubeconform_catches_a_field_the_raycluster_crd_lacks(kubeconform_schema
 
 def test_kubeconform_catches_a_misspelled_pod_field(kubeconform_schemas, tmp_path):
     documents = docs(render("helm4", "single-node"))
-    (job,) = [d for d in documents if d["kind"] == "Job" and d["metadata"]["name"] == "miles-train"]
+    (job,) = [d for d in documents if d["kind"] == "Job" and d["metadata"]["name"].startswith("miles-train-")]
     job["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
     manifest = tmp_path / "typo.yaml"
     manifest.write_text(yaml.safe_dump(job))
@@ -125,9 +125,9 @@ def test_checkov_allowlist_has_no_stale_entries(checkov_report):
 
 def test_checkov_allowlist_matching_is_not_a_blanket():
     entries = _allowlist()
-    assert _allowed(entries, "CKV_K8S_11", "Job.ns.miles-train")
+    assert _allowed(entries, "CKV_K8S_11", "Job.ns.miles-train-0123abcd")
     assert not _allowed(entries, "CKV_K8S_11", "Job.ns.miles-preflight")
-    assert not _allowed(entries, "CKV_K8S_20", "Job.ns.miles-train")
+    assert not _allowed(entries, "CKV_K8S_20", "Job.ns.miles-train-0123abcd")
 
 
 def test_ct_lint():

@@ -290,7 +290,7 @@ OVERRIDES = {
     },
     "hooks.convert.shmSize": {"$ref": "#/definitions/quantity"},
     "hooks.convert.activeDeadlineSeconds": {"type": "integer", "minimum": 300},
-  "hooks.convertCheck.activeDeadlineSeconds": {"type": "integer", "minimum": 60},
+    "hooks.convertCheck.activeDeadlineSeconds": {"type": "integer", "minimum": 60},
     "hooks.prepareData.hfEndpointEnv": {
         "type": "string",
         "pattern": "^([A-Z_][A-Z0-9_]*)?$",
