@@ -142,8 +142,9 @@ def healthy_run(tmp: Path, *, end: float = NOW - 2 * MIN, style: str = "simple")
 
 
 def degenerate_run(tmp: Path) -> dict[str, Any]:
-    """The misconfigured-MoE symptom: reward pinned at 0.0, a large share of samples repeating."""
-    raw = make_spec(tmp)
+    """The misconfigured-MoE symptom: reward pinned at 0.0, a large share of samples repeating (judged
+    against the chart's default maxRepetitionFrac 0.5)."""
+    raw = make_spec(tmp, maxRepetitionFrac=0.5)
     repetition = [0.5 + 0.2 * ((i * 7) % 10) / 10 for i in range(12)]  # 0.5 .. 0.68
     write_scalars(Path(raw["output"]["tensorboardDir"]), run_rows([0.0] * 12, repetition, NOW - MIN))
     make_checkpoints(Path(raw["output"]["checkpointDir"]), {9: [4096]}, "9", NOW - 3 * MIN)
@@ -486,7 +487,7 @@ def test_degenerate_report(tmp_path: Path) -> None:
     assert result["verdict"] == "degenerate"
     reasons = " | ".join(f["reason"] for f in result["findings"])
     assert "rollout/raw_reward is 0.0 for the last 10 rollouts (steps 2-11)" in reasons
-    assert "rollout/repetition_frac averages" in reasons and "maxRepetitionFrac 0.4" in reasons
+    assert "rollout/repetition_frac averages 0.59" in reasons and "maxRepetitionFrac 0.5" in reasons
 
 
 def test_thresholds_come_from_the_spec(tmp_path: Path) -> None:
@@ -567,11 +568,25 @@ def test_cli_degenerate_run_fails_naming_why(tmp_path: Path) -> None:
 
 def test_cli_stalled_run_json(tmp_path: Path) -> None:
     raw = stalled_run(tmp_path)
-    proc = run_cli("report", "--spec", spec_file(tmp_path, raw), "--json")
+    proc = run_cli("report", "--spec", spec_file(tmp_path, raw), "--json", "--log-format", "json")
     assert proc.returncode == 1, proc.stderr
     result = json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert result["verdict"] == "stalled" and result["kind"] == "miles-hooks/report"
-    assert "stalled" in proc.stderr and "checks.health.stallMinutes 60" in proc.stderr
+    logs = [json.loads(line) for line in proc.stderr.splitlines()]
+    error = next(entry for entry in logs if entry["level"] == "error")
+    assert error["step"] == "report" and error["exit_code"] == 1
+    assert "is stalled" in error["msg"] and "checks.health.stallMinutes 60" in error["msg"]
+
+
+def test_import_stays_light() -> None:
+    code = (
+        "import sys, miles_hooks.report, miles_hooks.cli; "
+        "print(sorted(m for m in ('tensorboard', 'matplotlib', 'numpy') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout.strip() == "[]"
 
 
 def test_cli_json_has_no_nan_tokens(tmp_path: Path) -> None:
