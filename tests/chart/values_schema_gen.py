@@ -296,6 +296,10 @@ OVERRIDES = {
         "pattern": "^([A-Z_][A-Z0-9_]*)?$",
     },
     "hooks.test.annotations": {"$ref": "#/definitions/hookAnnotations"},
+    "hooks.test.reportFailOn": {
+        "type": "string",
+        "pattern": "^(none|(degenerate|stalled|not-started|space)(,(degenerate|stalled|not-started|space))*)$",
+    },
     "reward.backend": {"enum": ["math_verify", "reward_model"]},
     "reward.replicas": {"type": "integer", "minimum": 0},
     "reward.timeoutSeconds": {"type": "number", "exclusiveMinimum": 0},

@@ -50,6 +50,7 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 {{- $s := .step -}}
 {{- $cmd := list "miles-hooks" $s.step "--spec" "/etc/miles/run.json" "--log-format" $v.hooks.logFormat -}}
 {{- if eq $s.key "test" -}}{{- $cmd = append $cmd "--kube" -}}{{- end -}}
+{{- if eq $s.key "testReport" -}}{{- $cmd = concat $cmd (list "--fail-on" $v.hooks.test.reportFailOn) -}}{{- end -}}
 {{- /* only steps that call the Kubernetes API get a token */ -}}
 {{- $pod := dict
   "serviceAccountName" (include "miles.hooksServiceAccountName" $ctx)
@@ -100,7 +101,7 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 -}}
 {{- $_ := set $pod "container" $main -}}
 {{- $_ := set $pod "podSecurityContext" $v.hooks.podSecurityContext -}}
-{{- $_ := set $pod "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "test")) -}}
+{{- $_ := set $pod "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "testReport")) -}}
 {{- end -}}
 {{- include "miles.podTemplate" (dict "context" $ctx "component" (printf "hook-%s" (default $s.step $s.name)) "pod" $pod) -}}
 {{- end -}}
