@@ -194,7 +194,7 @@ def test_status_reports_unreachable_dashboard(tmp_path: Path) -> None:
     from ray_testlib import free_port
 
     raw = make_spec(tmp_path, f"http://127.0.0.1:{free_port()}", release="rt-down")
-    result = status.collect(specmod.load(write_spec(tmp_path / "run.json", raw)))
+    result = status.collect(specmod.load(write_spec(tmp_path / "run.json", raw)), settle=1.0)
     assert result["gcsHealthy"] is False
     assert status.problems(result) and "GCS not healthy" in status.problems(result)[0]
 

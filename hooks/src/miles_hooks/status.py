@@ -6,6 +6,7 @@ job is missing, FAILED or STOPPED, or the cluster is unhealthy.
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -32,15 +33,27 @@ def gcs_health(dashboard_url: str, timeout: float = 5.0) -> tuple[bool, str]:
         return False, f"{url} unreachable: {getattr(exc, 'reason', exc)}"
 
 
+def gcs_health_settled(dashboard_url: str, within: float = 20.0) -> tuple[bool, str]:
+    """gcs_health, retried for up to ``within`` seconds: a loaded dashboard answers 503 now and then."""
+    deadline = time.monotonic() + within
+    delay = 0.5
+    while True:
+        healthy, detail = gcs_health(dashboard_url)
+        if healthy or time.monotonic() + delay > deadline:
+            return healthy, detail
+        time.sleep(delay)
+        delay = min(delay * 2, 4.0)
+
+
 def tail(text: str, lines: int) -> list[str]:
     if lines <= 0:
         return []
     return text.splitlines()[-lines:]
 
 
-def collect(spec: RunSpec, log_lines: int = 20, kube: bool = False) -> dict[str, Any]:
+def collect(spec: RunSpec, log_lines: int = 20, kube: bool = False, settle: float = 20.0) -> dict[str, Any]:
     sid = spec.submission_id()
-    healthy, detail = gcs_health(spec.dashboard_url)
+    healthy, detail = gcs_health_settled(spec.dashboard_url, settle)
     result: dict[str, Any] = {
         "submissionId": sid,
         "gcsHealthy": healthy,

@@ -193,12 +193,12 @@ def run_probe(
 
 
 def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
-    from miles_hooks.status import gcs_health  # noqa: PLC0415
+    from miles_hooks.status import gcs_health_settled  # noqa: PLC0415
 
     raw = spec.raw
     limit = float(timeout if timeout is not None else min(900, raw["checks"]["waitReadyTimeoutSeconds"]))
     dashboard = spec.dashboard_url
-    healthy, detail = gcs_health(dashboard)
+    healthy, detail = gcs_health_settled(dashboard)
     if not healthy:
         raise CheckFailed(f"Ray GCS not healthy: {detail} (run wait-ready first)")
     version = _http_json(dashboard + "/api/version").get("ray_version")
