@@ -301,6 +301,8 @@ OVERRIDES = {
         "pattern": "^(none|(degenerate|stalled|not-started|space)(,(degenerate|stalled|not-started|space))*)$",
     },
     "reward.backend": {"enum": ["math_verify", "reward_model"]},
+    "reward.workers": {"type": "integer", "minimum": 0, "maximum": 256},
+    "reward.maxInflight": {"type": "integer", "minimum": 0},
     "reward.replicas": {"type": "integer", "minimum": 0},
     "reward.timeoutSeconds": {"type": "number", "exclusiveMinimum": 0},
     "reward.modelPath": {"type": "string", "pattern": "^[^\\s]*$"},

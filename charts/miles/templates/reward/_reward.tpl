@@ -6,11 +6,11 @@
 {{- $env := list
   (dict "name" "REWARD_PORT" "value" "8080")
   (dict "name" "REWARD_BACKEND" "value" $r.backend)
-  (dict "name" "REWARD_WORKERS" "value" (toString (int $r.workers)))
-  (dict "name" "REWARD_MAX_INFLIGHT" "value" (toString (int $r.maxInflight)))
   (dict "name" "REWARD_TIMEOUT_SECONDS" "value" (toString $r.timeoutSeconds))
   (dict "name" "REWARD_LOG_LEVEL" "value" $r.logLevel)
 -}}
+{{- if gt (int $r.workers) 0 -}}{{- $env = append $env (dict "name" "REWARD_WORKERS" "value" (toString (int $r.workers))) -}}{{- end -}}
+{{- if gt (int $r.maxInflight) 0 -}}{{- $env = append $env (dict "name" "REWARD_MAX_INFLIGHT" "value" (toString (int $r.maxInflight))) -}}{{- end -}}
 {{- if $r.modelPath -}}
 {{- $env = append $env (dict "name" "REWARD_MODEL_PATH" "value" (include "miles.path" (dict "context" . "path" $r.modelPath))) -}}
 {{- end -}}
