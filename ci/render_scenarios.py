@@ -1,8 +1,11 @@
 """Render every scenario of values/ with Helm 3 and Helm 4 and summarise what each creates.
 
-Used by `make demo` until the local cluster can install the chart for real. Each scenario is rendered
-with both Helms (their outputs must agree), validated by kubeconform in strict mode, and its run spec
+`make scenarios` runs it: each scenario is rendered with both Helms (their objects must agree),
+validated by kubeconform in strict mode against the schemas `make tools` generates, and its run spec
 is printed by `miles-hooks plan`. Exits non-zero when any scenario fails.
+
+--markdown prints the README's scenario table; --check-readme fails when README.md's copy is stale
+(--write-readme rewrites it).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -60,7 +64,8 @@ def kubeconform(manifest: str) -> str:
     if not SCHEMAS.is_dir():
         raise RuntimeError(f"{SCHEMAS} is missing: run `make tools` (it generates the schemas)")
     location = str(SCHEMAS) + (
-        "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+        "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}"
+        "/{{ .ResourceKind }}{{ .KindSuffix }}.json"
     )
     args = [
         "kubeconform",
@@ -87,14 +92,19 @@ def run_spec(objects: list[dict[str, object]]) -> dict[str, object] | None:
     return None
 
 
-def summarise(name: str, files: list[str]) -> None:
-    print(f"\n=== {name}  ({' + '.join(files)})")
+def render(files: list[str]) -> tuple[str, list[dict[str, Any]]]:
+    """The Helm 4 manifest and its objects, after checking Helm 3 renders the same objects."""
     manifests = {helm: helm_template(helm, files) for helm in ("helm3", "helm4")}
     parsed = {helm: [doc for doc in yaml.safe_load_all(text) if doc] for helm, text in manifests.items()}
     # Helm 4 separates documents with an extra blank line; the objects themselves must be identical.
     if parsed["helm3"] != parsed["helm4"]:
         raise RuntimeError("Helm 3 and Helm 4 rendered different objects")
-    manifest, objects = manifests["helm4"], parsed["helm4"]
+    return manifests["helm4"], parsed["helm4"]
+
+
+def summarise(name: str, files: list[str]) -> None:
+    print(f"\n=== {name}  ({' + '.join(files)})")
+    manifest, objects = render(files)
     kinds = collections.Counter(str(obj["kind"]) for obj in objects)
     print("objects: " + ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items())))
     for obj in objects:
@@ -112,7 +122,82 @@ def summarise(name: str, files: list[str]) -> None:
         subprocess.run(["miles-hooks", "plan", "--spec", handle.name], check=True)
 
 
+def hook_of(obj: dict[str, Any]) -> str:
+    return str((obj["metadata"].get("annotations") or {}).get("helm.sh/hook", ""))
+
+
+def markdown_table() -> str:
+    rows = [
+        "| scenario | values files | objects | hook objects | derived topology |",
+        "|---|---|---|---|---|",
+    ]
+    for name, files in SCENARIOS.items():
+        _, objects = render(files)
+        spec = run_spec(objects)
+        if spec is None:
+            raise RuntimeError(f"{name}: no run spec rendered")
+        plain = collections.Counter(str(o["kind"]) for o in objects if not hook_of(o))
+        hooks = [o for o in objects if hook_of(o)]
+        jobs = [str(o["metadata"]["name"]) for o in hooks if o["kind"] == "Job"]
+        other_hooks = collections.Counter(str(o["kind"]) for o in hooks if o["kind"] != "Job")
+        topo = spec["topology"]
+        assert isinstance(topo, dict)
+        if spec["mode"] == "singleNode":
+            shape = f"singleNode: 1 Job pod × {topo['gpusPerWorker']} GPUs, local Ray"
+        else:
+            placement = (
+                "colocated"
+                if topo["colocate"]
+                else f"actor {topo['actorNodes']} + rollout {topo['rolloutWorkers']}"
+            )
+            shape = (
+                f"{topo['workerReplicas']} worker pod(s) × {topo['gpusPerWorker']} GPUs"
+                f" = {topo['clusterGpus']} GPUs "
+                f"({placement}); {topo['rolloutEngines']} engines × {topo['rolloutGpusPerEngine']} GPU; "
+                f"TP{topo['tensorParallel']} PP{topo['pipelineParallel']} CP{topo['contextParallel']} "
+                f"EP{topo['expertParallel']}"
+            )
+        rows.append(
+            f"| {name} | {', '.join(f'`{f}`' for f in files)} | "
+            + ", ".join(f"{n} {k}" for k, n in sorted(plain.items()))
+            + " | Jobs: "
+            + ", ".join(jobs)
+            + "; "
+            + ", ".join(f"{n} {k}" for k, n in sorted(other_hooks.items()))
+            + f" | {shape} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+README = ROOT / "README.md"
+BEGIN, END = "<!-- scenarios:begin -->\n", "<!-- scenarios:end -->"
+
+
+def readme_with(table: str) -> str:
+    text = README.read_text()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    if not rest:
+        raise RuntimeError(f"README.md has no {BEGIN.strip()} marker")
+    return head + BEGIN + table + END + tail
+
+
 def main() -> int:
+    if "--markdown" in sys.argv:
+        print(markdown_table(), end="")
+        return 0
+    if "--check-readme" in sys.argv or "--write-readme" in sys.argv:
+        wanted = readme_with(markdown_table())
+        if "--write-readme" in sys.argv:
+            README.write_text(wanted)
+            return 0
+        if wanted != README.read_text():
+            print(
+                "README.md's scenario table is stale: run `python3 ci/render_scenarios.py --write-readme`",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
     failed: list[str] = []
     for name, files in SCENARIOS.items():
         try:
