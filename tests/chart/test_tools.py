@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 
 import pytest
 import yaml
 from chartlib import (
     CHART,
     HELMS,
+    KUBE_VERSION,
     REPO,
     SCENARIOS,
+    VALUES,
     docs,
     kubeconform_cmd,
     render,
@@ -169,3 +172,23 @@ def test_helm_unittest(helm):
 def test_miles_efa_dockerfile_is_hadolint_clean():
     res = run([tool("hadolint"), str(REPO / "images" / "miles-efa.Dockerfile")], check=False)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("helm", HELMS)
+def test_helm_lint_strict(helm, scenario):
+    files = [a for f in SCENARIOS[scenario] for a in ("-f", str(VALUES / f))]
+    res = run(
+        [tool(helm), "lint", "--strict", "--kube-version", KUBE_VERSION, str(CHART), *files], check=False
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "0 chart(s) failed" in res.stdout
+
+
+def test_helm_package_holds_only_the_chart(tmp_path):
+    res = run([tool("helm4"), "package", str(CHART), "-d", str(tmp_path)])
+    (tgz,) = tmp_path.glob("miles-*.tgz")
+    with tarfile.open(tgz) as tar:
+        names = tar.getnames()
+    assert "miles/values.schema.json" in names and "miles/templates/raycluster.yaml" in names
+    assert not [n for n in names if n.startswith(("miles/tests/", "miles/ci/"))], res.stdout

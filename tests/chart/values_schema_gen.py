@@ -298,7 +298,8 @@ OVERRIDES = {
     "hooks.test.annotations": {"$ref": "#/definitions/hookAnnotations"},
     "hooks.test.reportFailOn": {
         "type": "string",
-        "pattern": "^(none|(degenerate|stalled|not-started|space)(,(degenerate|stalled|not-started|space))*)$",
+        "pattern": "^(none|(degenerate|stalled|not-started|space)"
+        "(,(degenerate|stalled|not-started|space))*)$",
     },
     "reward.backend": {"enum": ["math_verify", "reward_model"]},
     "reward.workers": {"type": "integer", "minimum": 0, "maximum": 256},
