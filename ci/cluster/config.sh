@@ -27,7 +27,12 @@ RAY_AGENT_GRPC_PORT=${RAY_AGENT_GRPC_PORT:-36006}
 RAY_RUNTIME_ENV_AGENT_PORT=${RAY_RUNTIME_ENV_AGENT_PORT:-36007}
 RAY_MIN_WORKER_PORT=${RAY_MIN_WORKER_PORT:-36100}
 RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-36199}
-RAY_NUM_CPUS=${RAY_NUM_CPUS:-2}
+# The local Ray head advertises 0 CPUs/GPUs like the chart's head; the pod runner starts one local Ray worker
+# node per simulated KubeRay worker pod (its --num-gpus/--resources, CPUs capped), at most MAX_RAY_WORKERS,
+# each with 100 ports from RAY_WORKER_PORT_BASE + 100 x slot.
+MAX_RAY_WORKERS=${MAX_RAY_WORKERS:-8}
+RAY_WORKER_CPUS=${RAY_WORKER_CPUS:-2}
+RAY_WORKER_PORT_BASE=${RAY_WORKER_PORT_BASE:-40000}
 # 1: run the Ray head with ci/cluster/fake-miles at /root/miles (needs mount namespaces), so jobs really run.
 FAKE_MILES=${FAKE_MILES:-1}
 # Ray's session dir holds Unix sockets (path limit ~107 bytes): keep it short.
@@ -59,3 +64,5 @@ KUBERNETES_VERSION_EXPECTED=v1.34.4
 # run spec's paths are valid both in hook processes and in the local Ray head.
 FSX_DIR=${FSX_DIR:-/tmp/miles-testbed-fsx}
 FSX_CLAIM=${FSX_CLAIM:-fsx-claim}
+# The chart's storage.mountPath (scenarios: /fsx). The pod runner maps it to $FSX_DIR in every hook process.
+STORAGE_MOUNT_PATH=${STORAGE_MOUNT_PATH:-/fsx}

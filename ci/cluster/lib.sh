@@ -10,7 +10,7 @@ need_bins() {
 
 validate_config() {
   local v
-  for v in NODES CPU_NODES GPU_PER_NODE EFA_PER_NODE RAY_NUM_CPUS; do
+  for v in NODES CPU_NODES GPU_PER_NODE EFA_PER_NODE MAX_RAY_WORKERS RAY_WORKER_CPUS RAY_WORKER_PORT_BASE; do
     [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
   done
   ((CPU_NODES >= 1)) || die "CPU_NODES must be >= 1 (the Ray head and the hook Jobs run on the CPU pool)"

@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -89,6 +90,8 @@ class Settings:
     ca_data: str
     default_entrypoint: list[str]
     grace_seconds: float = 5.0
+    ray_workers: RayWorkers | None = None
+    storage_map: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -132,6 +135,167 @@ def parse_quantity(q: str) -> float:
     if not m or (m.group(2) not in units and m.group(2) != ""):
         raise ValueError(f"bad quantity {q!r}")
     return float(m.group(1)) * units.get(m.group(2), 1.0)
+
+
+class RayWorkers:
+    """One real local Ray worker node (raylet) per simulated KubeRay worker pod.
+
+    kwok only pretends the Ray worker pods run. So that the real Ray head sees the cluster the RayCluster
+    describes (``verify`` checks it), the runner starts ``ray start --address=<local head> --block`` with the
+    pod's own KubeRay-generated start parameters (``KUBERAY_GEN_RAY_START_CMD``: ``--num-gpus``,
+    ``--resources``; CPUs capped at ``cpus``) once the pod is Running on a kwok node, and stops it when the
+    pod goes. At most ``limit`` at a time (each raylet costs ~200 MB); beyond that a warning is logged.
+    """
+
+    KEEP = ("--num-gpus", "--resources", "--num-cpus")
+
+    def __init__(
+        self,
+        *,
+        gcs: str,
+        temp_dir: str,
+        wrapper: list[str],
+        work_dir: Path,
+        venv_bin: Path,
+        cpus: int,
+        limit: int,
+        port_base: int,
+    ) -> None:
+        self.gcs, self.temp_dir, self.wrapper = gcs, temp_dir, wrapper
+        self.work_dir, self.venv_bin = work_dir / "ray-workers", venv_bin
+        self.cpus, self.limit, self.port_base = cpus, limit, port_base
+        self.procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+        self.simulated: set[str] = set()
+        self.lock = threading.Lock()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def is_worker(pod: client.V1Pod) -> bool:
+        labels = pod.metadata.labels or {}
+        return labels.get("ray.io/is-ray-node") == "yes" and labels.get("ray.io/node-type") == "worker"
+
+    def start_params(self, pod: client.V1Pod) -> list[str]:
+        cmd = ""
+        for c in pod.spec.containers:
+            for e in c.env or []:
+                if e.name == "KUBERAY_GEN_RAY_START_CMD" and e.value:
+                    cmd = e.value
+        out = []
+        for tok in shlex.split(cmd):
+            key, _, value = tok.partition("=")
+            if key not in self.KEEP or not value:
+                continue
+            if key == "--num-cpus":
+                value = str(min(self.cpus, max(1, math.ceil(float(value)))))
+            out.append(f"{key}={value}")
+        if not any(o.startswith("--num-cpus=") for o in out):
+            out.append(f"--num-cpus={self.cpus}")
+        return out
+
+    def on_event(self, kind: str, pod: client.V1Pod, runner: Runner) -> None:
+        if not self.is_worker(pod):
+            return
+        uid = pod.metadata.uid
+        gone = kind == "DELETED" or pod.metadata.deletion_timestamp is not None
+        with self.lock:
+            known = uid in self.procs
+        if gone:
+            if known:
+                self.stop(uid, f"{pod.metadata.namespace}/{pod.metadata.name}")
+            return
+        if known or not pod.spec.node_name or pod.status.phase not in ("Pending", "Running"):
+            return
+        initialized = any(
+            c.type == "Initialized" and c.status == "True" for c in (pod.status.conditions or [])
+        )
+        if not initialized or not pod.status.pod_ip or not runner.is_kwok_node(pod.spec.node_name):
+            return
+        self.start(pod, runner)
+
+    def start(self, pod: client.V1Pod, runner: Runner) -> None:
+        name = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        with self.lock:
+            used = {slot for _, slot in self.procs.values()}
+            if len(self.procs) >= self.limit:
+                if pod.metadata.uid not in self.simulated:
+                    self.simulated.add(pod.metadata.uid)
+                    LOG.warning(
+                        "%s: %d local Ray workers run already (--max-ray-workers): only simulated",
+                        name,
+                        len(self.procs),
+                    )
+                    threading.Thread(target=runner.mark_ray_pod_ready, args=(pod,), daemon=True).start()
+                return
+            slot = next(i for i in range(self.limit) if i not in used)
+            base = self.port_base + 100 * slot
+            argv = [
+                *self.wrapper,
+                str(self.venv_bin / "ray"),
+                "start",
+                "--block",
+                "--disable-usage-stats",
+                f"--address={self.gcs}",
+                "--node-ip-address=127.0.0.1",
+                f"--temp-dir={self.temp_dir}",
+                f"--node-manager-port={base}",
+                f"--object-manager-port={base + 1}",
+                f"--metrics-export-port={base + 2}",
+                f"--dashboard-agent-listen-port={base + 3}",
+                f"--dashboard-agent-grpc-port={base + 4}",
+                f"--runtime-env-agent-port={base + 5}",
+                f"--min-worker-port={base + 10}",
+                f"--max-worker-port={base + 99}",
+                f"--object-store-memory={128 * 1024 * 1024}",
+                *self.start_params(pod),
+            ]
+            env = dict(
+                os.environ, PATH=f"{self.venv_bin}:{os.environ.get('PATH', '')}", RAY_USAGE_STATS_ENABLED="0"
+            )
+            log_path = self.work_dir / f"{pod.metadata.namespace}_{pod.metadata.name}.log"
+            log = open(log_path, "ab")  # noqa: SIM115
+            p = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, process_group=0
+            )
+            log.close()
+            self.procs[pod.metadata.uid] = (p, slot)
+        LOG.info("%s: local Ray worker starting (%s)", name, " ".join(argv[-3:]))
+        threading.Thread(target=self.ready_when_up, args=(pod, p, log_path, runner), daemon=True).start()
+
+    def ready_when_up(
+        self, pod: client.V1Pod, p: subprocess.Popen[bytes], log_path: Path, runner: Runner
+    ) -> None:
+        """Mark the pod Ready once `ray start` reports the node started (KubeRay's raylet readiness probe)."""
+        name = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and p.poll() is None:
+            if b"Ray runtime started" in log_path.read_bytes():
+                runner.mark_ray_pod_ready(pod)
+                LOG.info("%s: local Ray worker joined; pod Ready", name)
+                return
+            time.sleep(0.3)
+        LOG.error("%s: local Ray worker did not start (log: %s); the pod stays unready", name, log_path)
+
+    def stop(self, uid: str, name: str) -> None:
+        with self.lock:
+            entry = self.procs.pop(uid, None)
+        if entry is None:
+            return
+        p = entry[0]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        LOG.info("%s: local Ray worker stopped", name)
+
+    def stop_all(self) -> None:
+        with self.lock:
+            uids = list(self.procs)
+        for uid in uids:
+            self.stop(uid, uid)
 
 
 class Runner:
@@ -201,6 +365,8 @@ class Runner:
 
     def on_event(self, kind: str, pod: client.V1Pod) -> None:
         uid = pod.metadata.uid
+        if self.s.ray_workers is not None:
+            self.s.ray_workers.on_event(kind, pod, self)
         with self.lock:
             run = self.runs.get(uid)
         if run is not None:
@@ -235,11 +401,45 @@ class Runner:
 
     def shutdown(self) -> None:
         self.stopping.set()
+        if self.s.ray_workers is not None:
+            self.s.ray_workers.stop_all()
         with self.lock:
             runs = list(self.runs.values())
         for r in runs:
             r.deleted.set()
             self.kill(r)
+
+    def mark_ray_pod_ready(self, pod: client.V1Pod) -> None:
+        """The status kwok's pod-ready stage would write, for a Ray worker pod whose local node runs."""
+        t = now()
+        conds = [
+            {"type": k, "status": "True", "lastProbeTime": None, "lastTransitionTime": t}
+            for k in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ]
+        statuses = [
+            {
+                "name": c.name,
+                "image": c.image,
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "started": True,
+                "state": {"running": {"startedAt": t}},
+            }
+            for c in pod.spec.containers
+        ]
+        body = {
+            "status": {"phase": "Running", "conditions": conds, "containerStatuses": statuses, "startTime": t}
+        }
+        try:
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name, pod.metadata.namespace, body, _content_type="application/merge-patch+json"
+            )
+        except ApiException as e:
+            if e.status != 404:
+                LOG.warning(
+                    "%s/%s: status update failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason
+                )
 
     # ------------------------------------------------------------------ one pod
     def run_pod(self, run: PodRun, pod: client.V1Pod) -> None:
@@ -606,7 +806,7 @@ class Runner:
                 if m.name in out:
                     local = out[m.name] / m.sub_path if m.sub_path else out[m.name]
                     pairs.append((m.mount_path.rstrip("/") or "/", str(local)))
-        self._storage_pairs[threading.get_ident()] = pairs
+        self._storage_pairs[threading.get_ident()] = self.s.storage_map + pairs
         for v in pod.spec.volumes or []:
             d = pod_dir / "volumes" / v.name
             if v.persistent_volume_claim:
@@ -822,6 +1022,8 @@ class Runner:
             if m.sub_path:
                 local.mkdir(parents=True, exist_ok=True) if not local.exists() else None
             pairs.append((m.mount_path.rstrip("/") or "/", str(local)))
+        mounted = {src for src, _ in pairs}
+        pairs += [p for p in self.s.storage_map if p[0] not in mounted]
         pairs += self.s.path_map
         pairs.sort(key=lambda p: len(p[0]), reverse=True)
         return pairs
@@ -1025,6 +1227,29 @@ def main(argv: list[str]) -> int:
         default="miles-hooks",
         help="command for containers without `command` (the hooks image ENTRYPOINT), space-separated",
     )
+    ap.add_argument(
+        "--ray-temp-dir", default="", help="the local Ray head's --temp-dir; empty: no local Ray workers"
+    )
+    ap.add_argument("--max-ray-workers", type=int, default=8, help="local Ray worker nodes at most")
+    ap.add_argument(
+        "--ray-worker-cpus", type=int, default=2, help="CPUs a local Ray worker advertises at most"
+    )
+    ap.add_argument(
+        "--ray-worker-port-base", type=int, default=40000, help="first port of the workers' ranges"
+    )
+    ap.add_argument(
+        "--fake-miles",
+        default="",
+        help="dir bind-mounted at /root/miles for the Ray workers (mount namespace)",
+    )
+    ap.add_argument(
+        "--storage-map",
+        action="append",
+        default=[],
+        metavar="MOUNT_PATH=LOCAL_DIR",
+        help="the shared storage's mount path and its local dir, mapped in every pod (so the run spec reads "
+        "the same in all hook pods, whether or not they mount the claim); repeatable",
+    )
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -1046,6 +1271,13 @@ def main(argv: list[str]) -> int:
             print(f"pod_runner: --path-map {pm!r}: expected /image/path=/local/path", file=sys.stderr)
             return 2
         path_map.append((src.rstrip("/"), dst))
+    storage_map = []
+    for sm in args.storage_map:
+        src, sep, dst = sm.partition("=")
+        if not sep or not src.startswith("/") or not dst.startswith("/"):
+            print(f"pod_runner: --storage-map {sm!r}: expected /mount/path=/local/dir", file=sys.stderr)
+            return 2
+        storage_map.append((src.rstrip("/"), dst))
     kc = yaml.safe_load(Path(args.kubeconfig).read_text())
     cluster = kc["clusters"][0]["cluster"]
     args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -1062,7 +1294,35 @@ def main(argv: list[str]) -> int:
         api_server=cluster["server"],
         ca_data=cluster["certificate-authority-data"],
         default_entrypoint=args.default_entrypoint.split(),
+        storage_map=storage_map,
     )
+    if args.ray_temp_dir:
+        if args.max_ray_workers < 0 or args.ray_worker_cpus < 1:
+            print("pod_runner: --max-ray-workers must be >= 0 and --ray-worker-cpus >= 1", file=sys.stderr)
+            return 2
+        wrapper: list[str] = []
+        if args.fake_miles:
+            wrapper = [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "--",
+                "bash",
+                "-c",
+                'mount --bind "$0" /root/miles && exec "$@"',
+                args.fake_miles,
+            ]
+        s.ray_workers = RayWorkers(
+            gcs=args.ray_gcs,
+            temp_dir=args.ray_temp_dir,
+            wrapper=wrapper,
+            work_dir=s.work_dir,
+            venv_bin=args.venv_bin,
+            cpus=args.ray_worker_cpus,
+            limit=args.max_ray_workers,
+            port_base=args.ray_worker_port_base,
+        )
     runner = Runner(s)
 
     def stop(_sig: int, _frm: Any) -> None:

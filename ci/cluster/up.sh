@@ -45,10 +45,12 @@ ray_cmd=("$root/.venv/bin/ray" start --head --block --disable-usage-stats
   --dashboard-agent-listen-port="$RAY_AGENT_HTTP_PORT" --dashboard-agent-grpc-port="$RAY_AGENT_GRPC_PORT"
   --runtime-env-agent-port="$RAY_RUNTIME_ENV_AGENT_PORT"
   --min-worker-port="$RAY_MIN_WORKER_PORT" --max-worker-port="$RAY_MAX_WORKER_PORT"
-  --num-cpus="$RAY_NUM_CPUS" --num-gpus=0 --resources='{"gpu_node": 1}'
+  --num-cpus=0 --num-gpus=0
   --object-store-memory=$((256*1024*1024)) --temp-dir="$RAY_TMP")
 export PATH="$root/.venv/bin:$PATH" RAY_USAGE_STATS_ENABLED=0
+fake_miles=""
 if [[ $FAKE_MILES == 1 ]] && unshare -m --propagation private true 2>/dev/null; then
+  fake_miles="$here/fake-miles"
   if [[ ! -e /root/miles ]]; then mkdir /root/miles && touch "$CLUSTER_DIR/run/created-root-miles"; fi
   start_proc ray unshare -m --propagation private -- bash -c \
     'mount --bind "$0" /root/miles && exec "$@"' "$here/fake-miles" "${ray_cmd[@]}"
@@ -85,7 +87,10 @@ wait_for "kube-apiserver /readyz" 60 "$bin/kubectl" --kubeconfig "$kc" get --raw
 "$bin/kubectl" --kubeconfig "$kc" create --validate=false -f "$tools/kwok/crds/" -f "$tools/kuberay/crds/" >/dev/null
 start_proc pod-runner "$root/.venv/bin/python" "$here/pod_runner.py" --kubeconfig "$kc" \
   --work-dir "$CLUSTER_DIR/runner" --image-regex "$RUNNER_IMAGE_REGEX" \
-  --ray-dashboard "127.0.0.1:$RAY_DASHBOARD_PORT" --ray-gcs "127.0.0.1:$RAY_GCS_PORT" --ray-client "127.0.0.1:$RAY_CLIENT_PORT"
+  --ray-dashboard "127.0.0.1:$RAY_DASHBOARD_PORT" --ray-gcs "127.0.0.1:$RAY_GCS_PORT" --ray-client "127.0.0.1:$RAY_CLIENT_PORT" \
+  --ray-temp-dir "$RAY_TMP" --max-ray-workers "$MAX_RAY_WORKERS" --ray-worker-cpus "$RAY_WORKER_CPUS" \
+  --ray-worker-port-base "$RAY_WORKER_PORT_BASE" --fake-miles "$fake_miles" \
+  --storage-map "$STORAGE_MOUNT_PATH=$FSX_DIR"
 start_proc kube-controller-manager "$bin/kube-controller-manager" \
   --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
   --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
