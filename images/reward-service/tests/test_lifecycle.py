@@ -161,7 +161,7 @@ def test_sigterm_answers_work_still_queued_after_the_drain_window_with_503(
     svc = service_factory(
         {"REWARD_WORKERS": "1", "REWARD_MAX_INFLIGHT": "10000", "REWARD_TIMEOUT_SECONDS": "1"}
     )
-    reasoning = "Expanding $(a+b)^2 = a^2 + 2ab + b^2$ and substituting gives the value. " * 30
+    reasoning = "Expanding $(a+b)^2 = a^2 + 2ab + b^2$ and substituting gives the value. " * 10
     items = [sample(reasoning + f"Hence $\\boxed{{{i}}}$.", str(i)) for i in range(8000)]
     with ThreadPoolExecutor(max_workers=1) as ex:
         batch = ex.submit(svc.post, "/score/batch", items, 120.0)

@@ -115,6 +115,9 @@ _corpus: list[tuple[str, str, str | None]] = []
 def _init_loop_worker(rows: list[tuple[str, str, str | None]]) -> None:
     global _corpus
     _corpus = rows
+    from miles_reward.worker import WORKER_NICE
+
+    os.nice(WORKER_NICE)  # the same priority as the service's workers
     from miles_reward import math_backend
     from miles_reward.outcome import Sample
 
@@ -360,7 +363,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script
         "--workers", type=int, default=default_workers("math_verify"),
         help="REWARD_WORKERS, and the loop's process count (default: the service's default)",
     )
-    parser.add_argument("--timeout", type=float, default=2.0, help="REWARD_TIMEOUT_SECONDS")
+    parser.add_argument("--timeout", type=float, default=5.0, help="REWARD_TIMEOUT_SECONDS")
     parser.add_argument("--max-inflight", type=int, default=512, help="REWARD_MAX_INFLIGHT")
     parser.add_argument("--phase-seconds", type=float, default=12.0)
     parser.add_argument("--tag", default="")
@@ -404,7 +407,8 @@ def main() -> int:  # noqa: PLR0915 - one linear script
             for k in range(len(triples) // BATCH)
         ]
         batch_t = veg.targets("batch", batches)
-        veg.attack("batch-warm", batch_t, rate=0, duration=2, max_workers=2)
+        # Warm the workers' label caches as the loop's initializer warmed its processes.
+        veg.attack("batch-warm", batch_t, rate=0, duration=6, max_workers=2)
         batch = veg.attack("batch", batch_t, rate=0, duration=secs, max_workers=2 * args.workers)
         bad_batches = 0
         for r in batch.results:
@@ -427,7 +431,7 @@ def main() -> int:  # noqa: PLR0915 - one linear script
         single_t = veg.targets("single", singles)
         print("[3/6] /score peak (closed loop) and 80% of peak (open loop)", flush=True)
         peaks = {}
-        for conc in (4 * args.workers, 16 * args.workers):
+        for conc in (2 * args.workers, 4 * args.workers):
             a = veg.attack(f"peak-c{conc}", single_t, rate=0, duration=secs, max_workers=conc)
             peaks[conc] = (a.ok_per_s(), a)
         best_conc = max(peaks, key=lambda c: peaks[c][0])

@@ -34,7 +34,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_BODY_BYTES = 16 * 1024 * 1024
 JSON_HEADERS = [(b"content-type", b"application/json")]
 RETRY_AFTER = (b"retry-after", b"1")
 
