@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -662,3 +663,47 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 1 and "DEGENERATE" in proc.stdout
+
+
+def as_other_user(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as an unprivileged user (root reads every directory regardless of its mode)."""
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "miles_hooks", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "HOME": "/tmp"},
+    )
+
+
+def test_unreadable_directories_are_named_not_taken_for_an_empty_run(tmp_path: Path) -> None:
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.fail("running as root without setpriv: cannot drop privileges to test permissions")
+    base = Path(tempfile.mkdtemp(prefix="miles-report-perm-"))  # outside pytest's 0700 tmp root
+    try:
+        os.chmod(base, 0o755)
+        raw = healthy_run(base)
+        spec_path = spec_file(base, raw)
+        ckpt, tb = Path(raw["output"]["checkpointDir"]), Path(raw["output"]["tensorboardDir"])
+        os.chmod(ckpt, 0o000)
+        proc = as_other_user("report", "--spec", spec_path)
+        assert proc.returncode == 1, proc.stderr
+        assert f"output.checkpointDir {ckpt} cannot be listed: Permission denied" in proc.stderr
+        os.chmod(ckpt, 0o755)
+        os.chmod(tb / "miles", 0o000)  # a subdirectory: reported, the rest still counts
+        proc = as_other_user("report", "--spec", spec_path, "--json")
+        assert proc.returncode == 0, proc.stderr
+        result = json.loads(proc.stdout)
+        assert result["tensorboard"]["files"] == 0 and result["checkpoints"]["count"] == 2
+        assert any(f"{tb / 'miles'} cannot be listed (Permission denied)" in w for w in result["warnings"])
+        os.chmod(tb / "miles", 0o755)
+        os.chmod(tb, 0o000)  # the top directory: an error, not "not started"
+        proc = as_other_user("report", "--spec", spec_path)
+        assert proc.returncode == 1, proc.stderr
+        assert f"output.tensorboardDir {tb} cannot be listed: Permission denied" in proc.stderr
+    finally:
+        for dirpath, _, _ in os.walk(base):
+            os.chmod(dirpath, 0o755)
+        shutil.rmtree(base)

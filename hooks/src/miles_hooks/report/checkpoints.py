@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.errors import BadInput
+from miles_hooks.errors import BadInput, CheckFailed
 from miles_hooks.report.deadline import Deadline
 
 ITER_DIR = re.compile(r"^iter_(\d{7,})$")
@@ -140,7 +140,14 @@ def scan(directory: str | Path, deadline: Deadline | None = None) -> CheckpointS
             found = out.tracker if len(out.tracker) <= 40 else out.tracker[:37] + "..."
             out.warnings.append(f"{tracker}: expected an iteration number, found {found!r}")
     found_iters: list[Checkpoint] = []
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as exc:
+        raise CheckFailed(
+            f"output.checkpointDir {root} cannot be listed: {exc.strerror}; expected it readable "
+            f"by the hooks user (uid {os.getuid()})"
+        ) from exc
+    for entry in entries:
         match = ITER_DIR.match(entry.name)
         if not match or not entry.is_dir(follow_symlinks=False):
             continue

@@ -72,9 +72,22 @@ def wanted(tag: str) -> bool:
     return tag in TAGS or tag.startswith(EVAL_PREFIX)
 
 
-def find_event_files(directory: Path, deadline: Deadline) -> list[Path]:
+def find_event_files(directory: Path, deadline: Deadline, warnings: list[str] | None = None) -> list[Path]:
+    """Every ``*.tfevents.*`` file under ``directory``; directories that cannot be listed are named in
+    ``warnings`` (the top one is an error: an unreadable directory must not look like an empty run)."""
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(directory):
+
+    def unreadable(exc: OSError) -> None:
+        where = exc.filename or str(directory)
+        if Path(where) == directory:
+            raise CheckFailed(
+                f"output.tensorboardDir {directory} cannot be listed: {exc.strerror}; expected it "
+                f"readable by the hooks user (uid {os.getuid()})"
+            ) from exc
+        if warnings is not None:
+            warnings.append(f"{where} cannot be listed ({exc.strerror}); event files in it are not counted")
+
+    for dirpath, dirnames, filenames in os.walk(directory, onerror=unreadable):
         deadline.check(f"listing event files under {directory}")
         dirnames.sort()
         found.extend(Path(dirpath) / n for n in sorted(filenames) if EVENT_FILE_MARK in n)
@@ -170,7 +183,7 @@ def scan(directory: str | Path, deadline: Deadline | None = None) -> EventScan:
         )
     out.exists = True
     per_file: list[tuple[float, dict[str, list[Point]]]] = []
-    for path in find_event_files(root, deadline):
+    for path in find_event_files(root, deadline, out.warnings):
         deadline.check(f"reading {path}")
         try:
             info, series, newest = read_file(path, deadline)
