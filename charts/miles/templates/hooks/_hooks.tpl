@@ -96,7 +96,7 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
   "imagePullPolicy" $v.hooks.image.pullPolicy
   "command" $cmd
   "env" (include "miles.hookEnv" (dict "context" $ctx "hf" (eq $s.key "prepareData")) | fromJsonArray)
-  "resources" $v.hooks.resources
+  "resources" (ternary $v.hooks.prepareData.resources $v.hooks.resources (and (eq $s.key "prepareData") (not (empty $v.hooks.prepareData.resources))))
   "securityContext" $v.hooks.securityContext
 -}}
 {{- $_ := set $pod "container" $main -}}
