@@ -34,12 +34,17 @@ from miles_reward.worker import worker_main
 
 log = logging.getLogger("miles_reward.pool")
 
-# One sample per worker at a time: a sample queued behind a check that hangs would wait for the
-# whole timeout (measured: sending 16 at a time stalled 7 requests for 2 s behind one hang).
+# Samples go to workers one at a time: sending 16 at once stalled 7 requests for a whole 2 s timeout
+# behind one hanging check (measured).
 # Label affinity: look this far into the queue for a sample whose label the idle worker has seen.
 AFFINITY_WINDOW = 32
 AFFINITY_LABELS = 4096  # labels remembered per worker (the backend caches as many)
 AFFINITY_MAX_WAIT_SECONDS = 0.05  # the head of the queue is never passed over for longer
+# While work is queued, each worker also holds the next sample in its pipe, so it never idles
+# waiting for the event loop (which matters when the CPUs are contended). If the current check
+# runs longer than HEDGE_AFTER_SECONDS, the waiting sample is queued again for another worker.
+PREFETCH = 2
+HEDGE_AFTER_SECONDS = 0.25
 # Larger payloads are written from a thread: the worker reads them while the loop keeps serving.
 INLINE_SEND_BYTES = 64 * 1024
 START_FAILURES_BEFORE_BROKEN = 3
@@ -52,6 +57,7 @@ class _Job:
     sample: Sample
     future: asyncio.Future[Outcome]
     queued_at: float
+    hedged: bool = False
 
 
 @dataclass
@@ -199,47 +205,64 @@ class WorkerPool:
 
     # -------------------------------------------------------------- internals
     def _resolve(self, job: _Job, outcome: Outcome) -> None:
+        if job.future.done():  # a hedged copy answered first
+            return
         self._inflight -= 1
         if isinstance(outcome, Scored):
             self._consecutive_failures = 0
         elif outcome.kind in ("timeout", "worker_died", "internal_error"):
             self._consecutive_failures += 1
             self._last_failure = time.monotonic()
-        if not job.future.done():
-            job.future.set_result(outcome)
+        job.future.set_result(outcome)
 
     def _dispatch(self) -> None:
         if not self._queue:
             return
-        idle = [w for w in self._workers if w.ready and not w.dead and not w.assigned]
+        ready = [w for w in self._workers if w.ready and not w.dead]
         now = time.monotonic()
-        for w in idle:
+        for w in ready:  # idle workers first
             if not self._queue:
-                break
-            job = self._take_for(w)
-            w.assigned.append(job)
-            w.head_started = now
-            label = job.sample.label
-            if label is not None:
-                w.labels[label] = None
-                w.labels.move_to_end(label)
-                if len(w.labels) > AFFINITY_LABELS:
-                    w.labels.popitem(last=False)
-            payload = _dumps([job.sample])
-            if len(payload) <= INLINE_SEND_BYTES:
-                self._send(w, payload)
-            else:
-                assert self._loop is not None
-                self._loop.create_task(self._send_in_thread(w, payload))
+                return
+            if not w.assigned:
+                self._give(w, now)
+        for w in ready:  # then, with work still waiting, keep the next sample in each pipe
+            if not self._queue:
+                return
+            if len(w.assigned) < PREFETCH:
+                self._give(w, now)
 
-    def _take_for(self, w: _Worker) -> _Job:
+    def _give(self, w: _Worker, now: float) -> None:
+        job = self._take_for(w)
+        if job is None:
+            return
+        w.assigned.append(job)
+        if len(w.assigned) == 1:
+            w.head_started = now
+        label = job.sample.label
+        if label is not None:
+            w.labels[label] = None
+            w.labels.move_to_end(label)
+            if len(w.labels) > AFFINITY_LABELS:
+                w.labels.popitem(last=False)
+        payload = _dumps([job.sample])
+        if len(payload) <= INLINE_SEND_BYTES:
+            self._send(w, payload)
+        else:
+            assert self._loop is not None
+            self._loop.create_task(self._send_in_thread(w, payload))
+
+    def _take_for(self, w: _Worker) -> _Job | None:
         """The oldest of the first AFFINITY_WINDOW queued samples whose label ``w`` has already
         parsed (and cached), else the head of the queue. A GRPO group's n samples share a label;
         keeping them on one worker parses the label once instead of once per worker."""
+        while self._queue and self._queue[0].future.done():
+            self._queue.popleft()  # answered through a hedged copy
+        if not self._queue:
+            return None
         head = self._queue[0]
         if w.labels and time.monotonic() - head.queued_at < AFFINITY_MAX_WAIT_SECONDS:
             for i, job in enumerate(itertools.islice(self._queue, AFFINITY_WINDOW)):
-                if job.sample.label in w.labels:
+                if job.sample.label in w.labels and not job.future.done():
                     if i == 0:
                         return self._queue.popleft()
                     del self._queue[i]
@@ -302,8 +325,7 @@ class WorkerPool:
             job = w.assigned.popleft()
             w.head_started = time.monotonic()
             self._resolve(job, msg)
-            if not w.assigned:
-                self._dispatch()
+            self._dispatch()
             return
         tag, value = msg
         if tag == "ready":
@@ -352,7 +374,7 @@ class WorkerPool:
         w.proc.join(1.0)
         if w.assigned:
             self._resolve(w.assigned.popleft(), head_outcome)
-        rest = list(w.assigned)
+        rest = [job for job in w.assigned if not job.future.done()]
         w.assigned.clear()
         if requeue and not self._closing:
             self._queue.extendleft(reversed(rest))
@@ -365,6 +387,7 @@ class WorkerPool:
 
     async def _watch(self, tick: float) -> None:
         limit = self.settings.timeout_seconds
+        hedge_after = min(HEDGE_AFTER_SECONDS, limit / 4)
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
@@ -380,6 +403,18 @@ class WorkerPool:
                     )
                 elif not w.ready and now - w.spawned_at > self.settings.startup_timeout_seconds:
                     self._worker_lost(w, "worker_died", "worker did not become ready in time")
+                elif len(w.assigned) > 1 and now - w.head_started > hedge_after:
+                    self._hedge(w)
+            if self._queue:
+                self._dispatch()
+
+    def _hedge(self, w: _Worker) -> None:
+        """``w`` is stuck on a slow check with samples waiting in its pipe: queue copies of them
+        at the head so another worker scores them now; whichever answer comes first is used."""
+        for job in reversed(list(w.assigned)[1:]):
+            if not job.hedged and not job.future.done():
+                job.hedged = True
+                self._queue.appendleft(job)
 
 
 def _dumps(obj: object) -> bytes:
