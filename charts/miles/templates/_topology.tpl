@@ -98,8 +98,15 @@ Included at the top of every template so a bad value never renders a partial rel
 {{- if gt (int $t.actorNodes) 1 -}}
 {{- $e = append $e (printf "topology.actorNodes: expected 1 when mode is singleNode, found %d" (int $t.actorNodes)) -}}
 {{- end -}}
-{{- if and (not $t.colocate) (gt (add $actorGpus (int $t.rolloutGpus)) $gpw) -}}
-{{- $e = append $e (printf "topology.rolloutGpus: expected actor GPUs + rollout GPUs ≤ topology.gpusPerWorker (%d) when mode is singleNode, found %d + %d" $gpw $actorGpus (int $t.rolloutGpus)) -}}
+{{- if not $t.colocate -}}
+{{- $e = append $e "topology.colocate: expected true when mode is singleNode (the upstream launcher always passes --colocate), found false" -}}
+{{- end -}}
+{{- $hf := include "miles.hfPath" . -}}
+{{- if ne (base $hf) $v.singleNode.modelName -}}
+{{- $e = append $e (printf "singleNode.modelName: expected the directory name of the HF checkpoint (%q, from model.hfPath %s; the launcher reads <model-dir>/<model-name>), found %q" (base $hf) $hf $v.singleNode.modelName) -}}
+{{- end -}}
+{{- if ne (include "miles.torchDistPath" .) (printf "%s_torch_dist" $hf) -}}
+{{- $e = append $e (printf "model.torchDistPath: expected %s_torch_dist when mode is singleNode (the launcher's --ref-load), found %s" $hf (include "miles.torchDistPath" .)) -}}
 {{- end -}}
 {{- end -}}
 {{- $headShm := include "miles.quantityBytes" $v.rayCluster.head.shmSize | float64 -}}
