@@ -115,7 +115,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from miles_hooks import status  # noqa: PLC0415
 
     s = _load(args)
-    result = status.collect(s, log_lines=args.lines, kube=args.kube)
+    kube = {"auto": None, "on": True, "off": False}[args.kube]
+    result = status.collect(s, log_lines=args.lines, kube=kube)
     found = status.problems(result)
     result["problems"] = found
     if args.json:
@@ -225,7 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--dry-run", action="store_true", help="print the submission id, submit nothing")
         if name == "status":
             p.add_argument("--lines", type=int, default=20, help="job log lines to show")
-            p.add_argument("--kube", action="store_true", help="also read the RayCluster from Kubernetes")
+            p.add_argument(
+                "--kube",
+                choices=("auto", "on", "off"),
+                default="auto",
+                help="read the RayCluster from Kubernetes too (auto: when running in a pod)",
+            )
         if name == "report":
             p.add_argument(
                 "--fail-on",

@@ -6,6 +6,7 @@ job is missing, FAILED or STOPPED, or the cluster is unhealthy.
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.error
 import urllib.request
@@ -51,7 +52,11 @@ def tail(text: str, lines: int) -> list[str]:
     return text.splitlines()[-lines:]
 
 
-def collect(spec: RunSpec, log_lines: int = 20, kube: bool = False, settle: float = 20.0) -> dict[str, Any]:
+def collect(
+    spec: RunSpec, log_lines: int = 20, kube: bool | None = False, settle: float = 20.0
+) -> dict[str, Any]:
+    """Gather the run's state. ``kube``: True reads the RayCluster (errors fail), None = auto: read it
+    when running in a pod and the release has a RayCluster, noting (not failing) when that is denied."""
     sid = spec.submission_id()
     healthy, detail = gcs_health_settled(spec.dashboard_url, settle)
     result: dict[str, Any] = {
@@ -77,10 +82,20 @@ def collect(spec: RunSpec, log_lines: int = 20, kube: bool = False, settle: floa
                 result["logTail"] = tail(cl.get_job_logs(sid), log_lines)
             except RuntimeError as exc:
                 result["logTail"] = [f"(logs unavailable: {exc})"]
+    auto = kube is None
+    if auto:
+        kube = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and bool(spec.raw["rayCluster"]["enabled"])
     if kube:
         from miles_hooks import wait_ready  # noqa: PLC0415
+        from miles_hooks.errors import HookError  # noqa: PLC0415
 
-        result["rayCluster"] = wait_ready.read_cluster_health(spec)
+        try:
+            result["rayCluster"] = wait_ready.read_cluster_health(spec)
+        except Exception as exc:
+            if not auto:
+                raise
+            why = exc.message if isinstance(exc, HookError) else f"{type(exc).__name__}: {exc}"
+            result["rayCluster"] = {"ready": None, "reasons": [f"not checked: {why}"[:300]]}
     return result
 
 
@@ -96,7 +111,7 @@ def problems(result: dict[str, Any]) -> list[str]:
             f"Ray job {result['submissionId']} is {job['state']}: {job.get('message') or ''}".rstrip(": ")
         )
     cluster = result.get("rayCluster")
-    if isinstance(cluster, dict) and not cluster.get("ready", False):
+    if isinstance(cluster, dict) and cluster.get("ready") is False:
         out.append("RayCluster not ready: " + "; ".join(cluster.get("reasons") or ["unknown"]))
     return out
 
@@ -112,10 +127,9 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"job message   : {job['message']}")
     cluster = result.get("rayCluster")
     if isinstance(cluster, dict):
-        lines.append(
-            f"raycluster    : {'ready' if cluster.get('ready') else 'NOT READY'} "
-            + "; ".join(cluster.get("reasons") or [])
-        )
+        ready = cluster.get("ready")
+        word = "ready" if ready is True else ("NOT READY" if ready is False else "unknown")
+        lines.append(f"raycluster    : {word} " + "; ".join(cluster.get("reasons") or []))
     if result["logTail"]:
         lines.append("recent job log:")
         lines.extend(f"  | {line}" for line in result["logTail"])
