@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hooks_testlib import FIXTURE, run_cli
-from miles_hooks import cli, lockfile
+from hooks_testlib import FIXTURE, base_spec, run_cli
+from miles_hooks import cli, lockfile, plan
 from miles_hooks.errors import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
@@ -134,3 +134,25 @@ def test_lock_goes_stale_without_heartbeat(tmp_path: Path) -> None:
     lock.acquire(2)
     assert lock.held()
     lock.release()
+
+
+def test_plan_placement_disaggregated() -> None:
+    from hooks_testlib import base_spec
+    from miles_hooks import plan
+
+    raw = base_spec()
+    raw["topology"].update(
+        {
+            "colocate": False,
+            "actorNodes": 1,
+            "rolloutGpus": 12,
+            "rolloutEngines": 6,
+            "rolloutGpusPerEngine": 2,
+            "enginesPerWorker": 4,
+            "rolloutWorkers": 2,
+            "workerReplicas": 3,
+            "clusterGpus": 24,
+        }
+    )
+    rows = plan.placement(raw)
+    assert [(r["role"], r["rolloutEngines"]) for r in rows] == [("actor", 0), ("rollout", 4), ("rollout", 2)]
