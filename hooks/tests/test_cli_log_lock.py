@@ -137,8 +137,6 @@ def test_lock_goes_stale_without_heartbeat(tmp_path: Path) -> None:
 
 
 def test_plan_placement_disaggregated() -> None:
-    from hooks_testlib import base_spec
-    from miles_hooks import plan
 
     raw = base_spec()
     raw["topology"].update(
