@@ -32,8 +32,7 @@ PROBLEMS = [
     "How many integers $n$ with $1 \\le n \\le {p}$ satisfy that $n^2 + {q}$ is divisible by {r}?",
     "Find the value of $\\sum_{{k=1}}^{{{p}}} \\frac{{1}}{{k(k+1)}}$ written as $\\frac{{m}}{{n}}$; "
     "report $m + n$.",
-    "The polynomial $x^3 - {p}x^2 + {q}x - {r}$ has roots $r_1, r_2, r_3$. Find "
-    "$r_1^2 + r_2^2 + r_3^2$.",
+    "The polynomial $x^3 - {p}x^2 + {q}x - {r}$ has roots $r_1, r_2, r_3$. Find $r_1^2 + r_2^2 + r_3^2$.",
 ]
 STEPS = [
     "First, we rewrite the condition as $({a}x - {b})({a}x + {b}) = {c}$, which gives "
@@ -108,11 +107,14 @@ def main() -> None:
     parser.add_argument("--samples-per-prompt", type=int, default=8)
     parser.add_argument("--seed", type=int, default=20261130)
     parser.add_argument(
-        "--short", action="store_true",
+        "--short",
+        action="store_true",
         help="one reasoning sentence per response (checks cost well under 1 ms: HTTP-bound)",
     )
     parser.add_argument(
-        "--integer-share", type=float, default=1.0,
+        "--integer-share",
+        type=float,
+        default=1.0,
         help="share of integer labels (1.0 = DAPO-Math-17k/AIME, whose labels are all integers); "
         "the rest are fractions, radicals, polynomials and intervals, whose symbolic comparison "
         "costs 10-100x more",
