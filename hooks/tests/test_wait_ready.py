@@ -95,10 +95,18 @@ def test_pod_reasons_unschedulable_and_events() -> None:
         {"involvedObject": {"name": "w-0"}, "type": "Normal", "reason": "Scheduled", "message": "ok"},
     ]
     reasons = wr.pod_reasons(p, events)
-    assert reasons == [
-        "unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
-        "event FailedScheduling: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
-    ]
+    # the event repeating the PodScheduled message is not shown twice
+    assert reasons == ["unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."]
+    events.append(
+        {
+            "involvedObject": {"name": "w-0"},
+            "type": "Warning",
+            "reason": "FailedMount",
+            "message": "MountVolume.SetUp failed for volume fsx",
+            "lastTimestamp": "3",
+        }
+    )
+    assert wr.pod_reasons(p, events)[1] == "event FailedMount: MountVolume.SetUp failed for volume fsx"
 
 
 def test_pod_reasons_image_pull_and_crash() -> None:

@@ -118,7 +118,10 @@ def pod_reasons(pod: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
     ]
     mine.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
     for ev in reversed(mine):
-        text = f"event {ev.get('reason')}: {(ev.get('message') or '').strip()[:300]}"
+        message = (ev.get("message") or "").strip()[:300]
+        text = f"event {ev.get('reason')}: {message}"
+        if any(message and message in r for r in reasons):
+            continue  # the scheduler's condition already says it
         if text not in seen and len(seen) < 3:
             seen.add(text)
             reasons.append(text)
