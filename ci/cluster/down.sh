@@ -39,10 +39,7 @@ others=()
 for f in "$CLUSTER_DIR"/run/*.pid; do [[ -e $f ]] && others+=("$(basename "$f" .pid)"); done
 ((${#others[@]})) && stop "${others[@]}"
 forget_ray_current_cluster
-if [[ -f "$CLUSTER_DIR/run/created-root-miles" ]]; then
-  rmdir /root/miles 2>/dev/null || log "left /root/miles in place (not empty)"
-  rm -f "$CLUSTER_DIR/run/created-root-miles"
-fi
+root_miles_release
 rm -rf "$CLUSTER_DIR/etcd-data" "$CLUSTER_DIR/runner" "$RAY_TMP"
 
 for ((i = 0; i < 50; i++)); do busy=$(listening_ports); [[ -z $busy ]] && break; sleep 0.1; done

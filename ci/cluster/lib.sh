@@ -104,3 +104,20 @@ forget_ray_current_cluster() {
   local f=/tmp/ray/ray_current_cluster
   if [[ -f $f ]] && grep -q "127.0.0.1:$RAY_GCS_PORT" "$f"; then rm -f "$f"; fi
 }
+
+# /root/miles is the mount point of ci/cluster/fake-miles inside the Ray processes' mount namespaces. Created
+# when missing and removed when the last testbed using it goes (several testbeds may share it).
+ROOT_MILES_USERS=/tmp/miles-testbed-root-miles.d
+root_miles_acquire() {
+  mkdir -p "$ROOT_MILES_USERS/users"
+  if [[ ! -e /root/miles ]]; then mkdir /root/miles && touch "$ROOT_MILES_USERS/created"; fi
+  touch "$ROOT_MILES_USERS/users/$(printf %s "$CLUSTER_DIR" | sha256sum | cut -c1-12)"
+}
+root_miles_release() {
+  [[ -d $ROOT_MILES_USERS ]] || return 0
+  rm -f "$ROOT_MILES_USERS/users/$(printf %s "$CLUSTER_DIR" | sha256sum | cut -c1-12)"
+  if [[ -z "$(ls -A "$ROOT_MILES_USERS/users" 2>/dev/null)" ]]; then
+    if [[ -f "$ROOT_MILES_USERS/created" ]]; then rmdir /root/miles 2>/dev/null || true; fi
+    rm -rf "$ROOT_MILES_USERS"
+  fi
+}

@@ -51,7 +51,7 @@ export PATH="$root/.venv/bin:$PATH" RAY_USAGE_STATS_ENABLED=0
 fake_miles=""
 if [[ $FAKE_MILES == 1 ]] && unshare -m --propagation private true 2>/dev/null; then
   fake_miles="$here/fake-miles"
-  if [[ ! -e /root/miles ]]; then mkdir /root/miles && touch "$CLUSTER_DIR/run/created-root-miles"; fi
+  root_miles_acquire
   start_proc ray unshare -m --propagation private -- bash -c \
     'mount --bind "$0" /root/miles && exec "$@"' "$here/fake-miles" "${ray_cmd[@]}"
 else

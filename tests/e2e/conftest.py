@@ -2,9 +2,11 @@
 KubeRay operator, kwok-simulated nodes and Ray pods, hook pods really executed by the pod runner, one real
 local Ray head.
 
-The session brings the testbed up when it is not already (and takes it down again at the end; set
-TESTBED_KEEP=1 to keep it). Each test gets its own namespace with the shared-storage claim and the
-`hf-token` Secret, and removes everything at the end.
+The tests run on a private testbed of their own (CLUSTER_DIR=.tools/cluster-e2e, every port shifted by
+TESTBED_PORT_OFFSET=1000, FSX_DIR=/tmp/miles-testbed-fsx-e2e), so a `make cluster-up` testbed that people are
+using stays untouched and cannot disturb the tests. The session brings it up when it is not already up and
+takes it down at the end (TESTBED_KEEP=1 keeps it). Each test gets its own namespace with the shared-storage
+claim and the `hf-token` Secret, and removes everything at the end.
 """
 
 from __future__ import annotations
@@ -20,9 +22,14 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+_REPO = Path(__file__).resolve().parents[2]
+_OFFSET = int(os.environ.setdefault("TESTBED_PORT_OFFSET", "1000"))
+os.environ.setdefault("CLUSTER_DIR", str(_REPO / ".tools" / "cluster-e2e"))
+os.environ.setdefault("FSX_DIR", "/tmp/miles-testbed-fsx-e2e")
+os.environ.setdefault("RAY_DASHBOARD_PORT", str(38265 + _OFFSET))
 
-import seed
-import testbed as tb
+import seed  # noqa: E402
+import testbed as tb  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -126,6 +126,11 @@ def ray_jobs() -> list[dict[str, Any]]:
         return list(json.loads(r.read()))
 
 
+def ray_nodes() -> list[dict[str, Any]]:
+    with urllib.request.urlopen(RAY_DASHBOARD + "/nodes?view=summary", timeout=10) as r:
+        return list(json.loads(r.read())["data"]["summary"])
+
+
 def release_jobs(release: str, namespace: str) -> list[dict[str, Any]]:
     return [
         j

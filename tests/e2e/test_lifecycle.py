@@ -1,0 +1,210 @@
+"""helm install → test → upgrade (no change, changed recipe) → uninstall, on the local testbed, with the real
+hooks, the real KubeRay operator and the real (local) Ray. Helm 4 and Helm 3."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testbed as tb
+
+pytestmark = pytest.mark.cluster
+
+COLOCATED = [tb.OVERLAY, tb.VALUES / "values-colocated.yaml"]
+DISAGGREGATED = [tb.OVERLAY, tb.VALUES / "values-disaggregated.yaml"]
+HOOK_ORDER = ["preflight", "prepare-data", "convert", "wait-ready", "verify", "submit"]
+NAMESPACED_KINDS = (
+    "pods,jobs,configmaps,secrets,services,serviceaccounts,roles,rolebindings,networkpolicies,"
+    "deployments,poddisruptionbudgets,persistentvolumeclaims,rayclusters.ray.io"
+)
+
+
+def values_args(values: list[Path]) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        out += ["-f", str(v)]
+    return out
+
+
+def active_jobs(release: str, ns: str) -> list[dict[str, Any]]:
+    return [j for j in tb.release_jobs(release, ns) if j["status"] in ("PENDING", "RUNNING")]
+
+
+def rayclusters(ns: str) -> list[dict[str, Any]]:
+    return list(tb.kget("rayclusters.ray.io", ns)["items"])
+
+
+def node_pool(node: str) -> str:
+    return str(tb.kget("node", name=node)["metadata"]["labels"].get("testbed.miles.dev/pool"))
+
+
+def check_cluster_shape(ns: str, spec: dict[str, Any]) -> str:
+    """The RayCluster is reconciled by KubeRay into a head on the CPU pool and the derived number of workers,
+    one per GPU node; returns its name."""
+    rcs = rayclusters(ns)
+    assert len(rcs) == 1, f"expected one RayCluster, found {[r['metadata']['name'] for r in rcs]}"
+    rc = rcs[0]
+    name = rc["metadata"]["name"]
+    assert name == spec["rayCluster"]["name"]
+    conds = {c["type"]: c["status"] for c in rc["status"].get("conditions", [])}
+    assert conds.get("HeadPodReady") == "True", conds
+    assert rc["status"].get("readyWorkerReplicas") == spec["topology"]["workerReplicas"]
+    pods = tb.kget("pods", ns, selector=f"ray.io/cluster={name}")["items"]
+    heads = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
+    workers = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
+    assert len(heads) == 1
+    assert len(workers) == spec["topology"]["workerReplicas"]
+    assert node_pool(heads[0]["spec"]["nodeName"]) == "cpu"
+    worker_nodes = [w["spec"]["nodeName"] for w in workers]
+    assert all(node_pool(n) == "gpu" for n in worker_nodes), worker_nodes
+    assert len(set(worker_nodes)) == len(worker_nodes), "workers must be spread one per node"
+    for w in workers:
+        limits = w["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == str(spec["topology"]["gpusPerWorker"])
+    return str(name)
+
+
+def check_single_job(release: str, ns: str, spec: dict[str, Any]) -> dict[str, Any]:
+    from miles_hooks import spec as specmod
+    from miles_hooks import submit
+
+    jobs = active_jobs(release, ns)
+    assert len(jobs) == 1, f"expected exactly one active Ray job, found {[j['submission_id'] for j in jobs]}"
+    job = jobs[0]
+    assert job["submission_id"] == specmod.submission_id(spec)
+    assert job["entrypoint"] == submit.build_entrypoint(spec)
+    # Ray's job API does not return the entrypoint resources: check where they put the driver instead — on a
+    # node with the custom resource (a GPU worker), never on the 0-CPU head.
+    want = submit.entrypoint_resources(spec)
+    assert want == {"gpu_node": 0.001}, want
+    if job["status"] == "RUNNING" and job.get("driver_node_id"):
+        nodes = {n["raylet"]["nodeId"]: n["raylet"].get("resourcesTotal", {}) for n in tb.ray_nodes()}
+        assert "gpu_node" in nodes.get(job["driver_node_id"], {}), (job["driver_node_id"], nodes)
+    assert job["runtime_env"]["env_vars"] == spec["runtimeEnv"]["envVars"]
+    return job
+
+
+def leftovers(release: str, ns: str) -> list[str]:
+    sel = f"app.kubernetes.io/instance={release}"
+    out = tb.kubectl("get", NAMESPACED_KINDS, "-n", ns, "-l", sel, "-o", "name").out.split()
+    out += tb.kubectl("get", "clusterroles,clusterrolebindings", "-l", sel, "-o", "name").out.split()
+    out += tb.kubectl("get", "pods", "-n", ns, "-o", "name").out.split()  # hook pods of any label
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("helm_version", ["helm4", "helm3"])
+def test_colocated_lifecycle(helm_version: str, namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    rel = "miles"
+    ns = namespace
+    inputs_ready(COLOCATED, rel, ns)
+    started = time.time()
+
+    # install: hooks run in order, KubeRay reconciles the cluster, exactly one job with the derived entrypoint
+    tb.helm(
+        helm_version,
+        "install",
+        rel,
+        str(tb.CHART),
+        "-n",
+        ns,
+        *values_args(COLOCATED),
+        "--wait",
+        "--timeout",
+        "8m",
+    )
+    spec = tb.run_spec(ns, spec_fullname(ns, rel))
+    steps = tb.hook_steps(tb.journal(ns, since=started))
+    assert steps == HOOK_ORDER, steps
+    assert all(e["exitCode"] == 0 for e in tb.journal(ns, since=started))
+    cluster = check_cluster_shape(ns, spec)
+    job = check_single_job(rel, ns, spec)
+
+    # helm test: status + report pods pass against the real Ray
+    tb.helm(helm_version, "test", rel, "-n", ns, "--timeout", "3m")
+
+    # upgrade with nothing changed: the same job, nothing new submitted, the same RayCluster
+    tb.helm(
+        helm_version,
+        "upgrade",
+        rel,
+        str(tb.CHART),
+        "-n",
+        ns,
+        *values_args(COLOCATED),
+        "--wait",
+        "--timeout",
+        "8m",
+    )
+    jobs = tb.release_jobs(rel, ns)
+    assert [j["submission_id"] for j in jobs] == [job["submission_id"]], jobs
+    assert [r["metadata"]["name"] for r in rayclusters(ns)] == [cluster]
+
+    # upgrade with a changed recipe and worker template: a new RayCluster, the old job stopped, one new job
+    changed = ["--set", "recipe.numRollout=7", "--set", "rayCluster.workers.nccl.debug=INFO"]
+    tb.helm(
+        helm_version,
+        "upgrade",
+        rel,
+        str(tb.CHART),
+        "-n",
+        ns,
+        *values_args(COLOCATED),
+        *changed,
+        "--wait",
+        "--timeout",
+        "8m",
+    )
+    spec2 = tb.run_spec(ns, spec_fullname(ns, rel))
+    assert spec2["rayCluster"]["name"] != cluster
+    tb.wait_until(
+        "the old RayCluster to go",
+        lambda: [r["metadata"]["name"] for r in rayclusters(ns)] == [spec2["rayCluster"]["name"]],
+        timeout=60,
+    )
+    check_cluster_shape(ns, spec2)
+    job2 = check_single_job(rel, ns, spec2)
+    assert job2["submission_id"] != job["submission_id"]
+    old = {j["submission_id"]: j["status"] for j in tb.release_jobs(rel, ns)}
+    assert old[job["submission_id"]] in ("STOPPED", "FAILED", "SUCCEEDED"), old
+
+    # uninstall removes everything the release created, hook leftovers included
+    tb.helm(helm_version, "uninstall", rel, "-n", ns, "--wait", "--timeout", "3m")
+    tb.wait_until("no object of the release left", lambda: not leftovers(rel, ns), timeout=60)
+
+
+def spec_fullname(ns: str, release: str) -> str:
+    cms = tb.kget("configmaps", ns, selector=f"app.kubernetes.io/instance={release}")["items"]
+    names = [c["metadata"]["name"] for c in cms if c["metadata"]["name"].endswith("-run")]
+    assert len(names) == 1, names
+    return str(names[0][: -len("-run")])
+
+
+def test_disaggregated_install(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    rel = "miles-dis"
+    inputs_ready(DISAGGREGATED, rel, namespace)
+    tb.helm(
+        "helm4",
+        "install",
+        rel,
+        str(tb.CHART),
+        "-n",
+        namespace,
+        *values_args(DISAGGREGATED),
+        "--wait",
+        "--timeout",
+        "8m",
+    )
+    spec = tb.run_spec(namespace, spec_fullname(namespace, rel))
+    assert spec["topology"]["workerReplicas"] == 2
+    check_cluster_shape(namespace, spec)
+    check_single_job(rel, namespace, spec)
+    tb.helm("helm4", "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
+    tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj, indent=1)[:4000]

@@ -1,0 +1,64 @@
+"""Failure paths: each makes `helm install` fail at preflight with a message naming the cause, and leaves no
+RayCluster behind (the real preflight code against the real API server and KubeRay CRD)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import testbed as tb
+
+pytestmark = pytest.mark.cluster
+
+COLOCATED = [tb.OVERLAY, tb.VALUES / "values-colocated.yaml"]
+
+
+def install_fails(ns: str, extra: list[str]) -> str:
+    args = ["install", "miles", str(tb.CHART), "-n", ns]
+    for v in COLOCATED:
+        args += ["-f", str(v)]
+    res = tb.helm("helm4", *args, *extra, "--wait", "--timeout", "3m", check=False)
+    assert res.rc != 0, f"helm install unexpectedly succeeded:\n{res.out[-2000:]}"
+    assert "preflight" in res.err + res.out, res.err[-3000:]
+    logs = tb.kubectl("logs", "-n", ns, "job/miles-preflight", check=False).out
+    assert tb.kget("rayclusters.ray.io", ns)["items"] == [], "a RayCluster was left behind"
+    return logs + res.err + res.out
+
+
+def test_not_enough_gpu_nodes(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    extra = ["--set", "topology.actorNodes=3", "--set", "topology.rolloutGpus=24"]
+    inputs_ready(COLOCATED, "miles", namespace, extra)
+    out = install_fails(namespace, extra)
+    assert "3" in out and "node" in out.lower(), out[-3000:]
+
+
+def test_efa_below_node_allocatable(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    extra = ["--set", "rayCluster.workers.efa.count=8"]
+    inputs_ready(COLOCATED, "miles", namespace, extra)
+    out = install_fails(namespace, extra)
+    assert "efa" in out.lower() and "15" in out, out[-3000:]
+
+
+def test_missing_secret(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    inputs_ready(COLOCATED, "miles", namespace)
+    tb.kubectl("-n", namespace, "delete", "secret", "hf-token")
+    out = install_fails(namespace, [])
+    assert "hf-token" in out, out[-3000:]
+
+
+def test_missing_kuberay_crd(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    inputs_ready(COLOCATED, "miles", namespace)
+    crd = tb.REPO / ".tools" / "kuberay" / "crds" / "ray.io_rayclusters.yaml"
+    tb.kubectl("delete", "crd", "rayclusters.ray.io", "--wait=true", timeout=120)
+    try:
+        args = ["install", "miles", str(tb.CHART), "-n", namespace]
+        for v in COLOCATED:
+            args += ["-f", str(v)]
+        res = tb.helm("helm4", *args, "--wait", "--timeout", "3m", check=False)
+        assert res.rc != 0
+        out = res.err + res.out + tb.kubectl("logs", "-n", namespace, "job/miles-preflight", check=False).out
+        assert "rayclusters.ray.io" in out or "RayCluster" in out, out[-3000:]
+    finally:
+        tb.kubectl("create", "--validate=false", "-f", str(crd))
+        tb.kubectl("wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=60s")
