@@ -5,6 +5,8 @@
   KUBERNETES_VERSION (versions.env), fetched with `go mod download` (module cache or Go module proxy).
 - KubeRay kinds (RayCluster, RayJob, RayService): from config/crd/bases/*.yaml of the
   github.com/ray-project/kuberay/ray-operator Go module at KUBERAY_VERSION.
+- PodMonitor/ServiceMonitor: from example/prometheus-operator-crd/ of the
+  github.com/prometheus-operator/prometheus-operator Go module at PROMETHEUS_OPERATOR_VERSION.
 
 Output layout matches kubeconform's -schema-location template (see LOCATION below):
 e.g. <out>/v1.34.3-standalone-strict/deployment-apps-v1.json and .../raycluster-ray-v1.json.
@@ -157,8 +159,25 @@ def gen_kubernetes(version: str, out: pathlib.Path, all_kinds: bool) -> int:
 
 def gen_kuberay(version: str, out: pathlib.Path) -> int:
     bases = module_dir("github.com/ray-project/kuberay/ray-operator", version) / "config/crd/bases"
+    return gen_crds(sorted(bases.glob("*.yaml")), out)
+
+
+def gen_prometheus_operator(version: str, out: pathlib.Path) -> int:
+    """PodMonitor/ServiceMonitor (the reward service's optional PodMonitor)."""
+    crds = (
+        module_dir("github.com/prometheus-operator/prometheus-operator", version)
+        / "example/prometheus-operator-crd"
+    )
+    files = [
+        crds / "monitoring.coreos.com_podmonitors.yaml",
+        crds / "monitoring.coreos.com_servicemonitors.yaml",
+    ]
+    return gen_crds(files, out)
+
+
+def gen_crds(crd_files: list[pathlib.Path], out: pathlib.Path) -> int:
     n = 0
-    for crd_file in sorted(bases.glob("*.yaml")):
+    for crd_file in crd_files:
         crd = yaml.safe_load(crd_file.read_text())
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for ver in crd["spec"]["versions"]:
@@ -187,6 +206,7 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--kubernetes-version", default=versions["KUBERNETES_VERSION"])
     ap.add_argument("--kuberay-version", default=versions["KUBERAY_VERSION"])
+    ap.add_argument("--prometheus-operator-version", default=versions["PROMETHEUS_OPERATOR_VERSION"])
     ap.add_argument(
         "--all",
         action="store_true",
@@ -197,7 +217,11 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     k = gen_kubernetes(args.kubernetes_version, out, args.all)
     r = gen_kuberay(args.kuberay_version, out)
-    print(f"gen-schemas: {k} Kubernetes v{args.kubernetes_version} + {r} KubeRay v{args.kuberay_version}")
+    p = gen_prometheus_operator(args.prometheus_operator_version, out)
+    print(
+        f"gen-schemas: {k} Kubernetes v{args.kubernetes_version} + {r} KubeRay v{args.kuberay_version}"
+        f" + {p} prometheus-operator v{args.prometheus_operator_version}"
+    )
     print(f"  schemas in {out}; validate with:")
     location = LOCATION.format(root=args.out)
     print(f"kubeconform -strict -kubernetes-version {args.kubernetes_version} -schema-location '{location}'")

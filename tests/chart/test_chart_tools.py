@@ -38,6 +38,44 @@ def test_kubeconform_strict(scenario, kubeconform_schemas, tmp_path):
     assert summary["valid"] == len(docs(manifest.read_text()))
 
 
+def test_kubeconform_strict_with_every_optional_object(kubeconform_schemas, tmp_path):
+    """Reward PodMonitor, FSx static PV, GCS FT, GPU head: objects no scenario turns on."""
+    extra = (
+        "--set", "reward.podMonitor.enabled=true",
+        "--set", "storage.type=fsxStatic",
+        "--set", "storage.fsxStatic.fileSystemId=fs-0123456789abcdef0",
+        "--set", "storage.fsxStatic.dnsName=fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
+        "--set", "storage.fsxStatic.mountName=abcdefgh",
+        "--set", "rayCluster.gcsFaultTolerance.enabled=true",
+        "--set", "rayCluster.gcsFaultTolerance.redisAddress=redis:6379",
+        "--set", "rayCluster.gcsFaultTolerance.redisPasswordSecret=redis",
+        "--set", "rayCluster.head.gpus=1",
+        "--set", "scheduling.kueueQueue=team-a",
+    )  # fmt: skip
+    manifest = tmp_path / "optional.yaml"
+    text = render("helm4", "reward", extra)
+    manifest.write_text(text)
+    kinds = {d["kind"] for d in docs(text)}
+    assert {"PodMonitor", "PersistentVolume", "PersistentVolumeClaim"} <= kinds
+    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
+    summary = json.loads(res.stdout)["summary"]
+    assert res.returncode == 0 and summary["skipped"] == 0, res.stdout[-4000:]
+
+
+def test_kubeconform_strict_with_dynamic_fsx(kubeconform_schemas, tmp_path):
+    extra = (
+        "--set", "storage.type=fsxDynamic",
+        "--set", "storage.fsxDynamic.subnetId=subnet-0123456789abcdef0",
+        "--set", "storage.fsxDynamic.securityGroupIds={sg-0123456789abcdef0}",
+    )  # fmt: skip
+    manifest = tmp_path / "dynamic.yaml"
+    text = render("helm4", "single-node", extra)
+    manifest.write_text(text)
+    assert "StorageClass" in {d["kind"] for d in docs(text)}
+    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
+    assert res.returncode == 0, res.stdout[-4000:]
+
+
 def test_kubeconform_catches_a_field_the_raycluster_crd_lacks(kubeconform_schemas, tmp_path):
     """Proves the generated RayCluster schema is strict (KubeRay 1.5 has no spec.upgradeStrategy)."""
     manifest = tmp_path / "crd-upgrade.yaml"
