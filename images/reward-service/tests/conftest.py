@@ -1,140 +1,12 @@
-"""Fixtures that run the real service as a subprocess on a loopback port and talk HTTP to it."""
+"""Fixtures for the reward-service tests (helpers live in reward_http.py)."""
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-HOST = "127.0.0.1"
-STARTUP_SECONDS = 90.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Reply:
-    status: int
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def request(
-    port: int,
-    method: str,
-    path: str,
-    payload: Any = None,
-    *,
-    timeout: float = 30.0,
-    raw: bytes | None = None,
-) -> Reply:
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    try:
-        body = (
-            raw if raw is not None else (None if payload is None else json.dumps(payload).encode())
-        )
-        headers = {"content-type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=body, headers=headers)
-        resp = conn.getresponse()
-        return Reply(resp.status, resp.read(), {k.lower(): v for k, v in resp.getheaders()})
-    finally:
-        conn.close()
-
-
-@dataclass
-class Service:
-    port: int
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def post(
-        self, path: str, payload: Any = None, timeout: float = 30.0, raw: bytes | None = None
-    ) -> Reply:
-        return request(self.port, "POST", path, payload, timeout=timeout, raw=raw)
-
-    def get(self, path: str, timeout: float = 10.0) -> Reply:
-        return request(self.port, "GET", path, None, timeout=timeout)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
-        """The value of one sample in /metrics (sum of all matching label sets)."""
-        text = self.get("/metrics").body.decode()
-        total, found = 0.0, False
-        for line in text.splitlines():
-            if line.startswith("#") or not line.startswith(name):
-                continue
-            series, _, value = line.rpartition(" ")
-            metric_name = series.split("{", 1)[0]
-            if metric_name != name:
-                continue
-            if labels and not all(f'{k}="{v}"' in series for k, v in labels.items()):
-                continue
-            total += float(value)
-            found = True
-        if not found:
-            raise AssertionError(f"metric {name} {labels} not in /metrics")
-        return total
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return int(self.proc.returncode)
-
-
-def start_service(env: Mapping[str, str], log_path: Path, wait_ready: bool = True) -> Service:
-    port = free_port()
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REWARD_")}
-    full_env.update({"REWARD_PORT": str(port), "REWARD_LOG_LEVEL": "info", **env})
-    log_file = log_path.open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "miles_reward", "--host", HOST],
-        env=full_env,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-    )
-    service = Service(port, proc, log_path)
-    if not wait_ready:
-        return service
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"service exited with {proc.returncode}:\n{service.log()}")
-        try:
-            if service.get("/ready", timeout=2).status == 200:
-                return service
-        except OSError:
-            pass
-        time.sleep(0.1)
-    service.stop()
-    raise AssertionError(f"service not ready in {STARTUP_SECONDS}s:\n{service.log()}")
-
-
-ServiceFactory = Callable[..., Service]
+from reward_http import Service, ServiceFactory, start_service
 
 
 @pytest.fixture
@@ -166,11 +38,3 @@ def math_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     )
     yield svc
     svc.stop()
-
-
-# An expression sympy never finishes comparing: verification of 9^(9^(9^9)) does not return.
-HANGING_RESPONSE = "Combining the steps, the answer is $\\boxed{9^{9^{9^{9}}}}$."
-
-
-def sample(response: str, label: str | None, prompt: str = "Compute the value.") -> dict[str, Any]:
-    return {"prompt": prompt, "response": response, "label": label}

@@ -6,7 +6,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import HANGING_RESPONSE, Service, sample
+from reward_http import HANGING_RESPONSE, Service, sample
 
 
 def test_score_is_a_bare_json_number(math_service: Service) -> None:

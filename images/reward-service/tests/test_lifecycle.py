@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conftest import HANGING_RESPONSE, HOST, ServiceFactory, free_port, sample
+from reward_http import HANGING_RESPONSE, HOST, ServiceFactory, free_port, sample
 
 
 def children(pid: int) -> list[int]:
