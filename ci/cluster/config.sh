@@ -6,37 +6,37 @@ bin="$tools/bin"
 CLUSTER_DIR=${CLUSTER_DIR:-$tools/cluster}
 export KUBECONFIG_TESTBED="$CLUSTER_DIR/kubeconfig"
 
-# Ports (127.0.0.1 only). TESTBED_PORT_OFFSET shifts every default (a second, private testbed: the e2e tests
+# Ports (127.0.0.1 only), below the ephemeral range (32768+) so outgoing connections never take them. TESTBED_PORT_OFFSET shifts every default (a second, private testbed: the e2e tests
 # run their own with CLUSTER_DIR=.tools/cluster-e2e and an offset).
 off=${TESTBED_PORT_OFFSET:-0}
 [[ $off =~ ^[0-9]+$ ]] || { echo "TESTBED_PORT_OFFSET must be a number, got '$off'" >&2; exit 2; }
 # Chosen away from the usual defaults so a colleague's local Ray or cluster on the
 # same machine does not collide with the testbed.
-ETCD_PORT=${ETCD_PORT:-$((32379 + off))}
-ETCD_PEER_PORT=${ETCD_PEER_PORT:-$((32380 + off))}
-APISERVER_PORT=${APISERVER_PORT:-$((36443 + off))}
-KCM_PORT=${KCM_PORT:-$((36257 + off))}
-SCHEDULER_PORT=${SCHEDULER_PORT:-$((36259 + off))}
-KWOK_PORT=${KWOK_PORT:-$((36247 + off))}
-KUBERAY_METRICS_PORT=${KUBERAY_METRICS_PORT:-$((36280 + off))}
-KUBERAY_HEALTH_PORT=${KUBERAY_HEALTH_PORT:-$((36282 + off))}
-RAY_GCS_PORT=${RAY_GCS_PORT:-$((36379 + off))}
-RAY_DASHBOARD_PORT=${RAY_DASHBOARD_PORT:-$((38265 + off))}
-RAY_CLIENT_PORT=${RAY_CLIENT_PORT:-$((36001 + off))}
-RAY_NODE_MANAGER_PORT=${RAY_NODE_MANAGER_PORT:-$((36002 + off))}
-RAY_OBJECT_MANAGER_PORT=${RAY_OBJECT_MANAGER_PORT:-$((36003 + off))}
-RAY_METRICS_PORT=${RAY_METRICS_PORT:-$((36004 + off))}
-RAY_AGENT_HTTP_PORT=${RAY_AGENT_HTTP_PORT:-$((36005 + off))}
-RAY_AGENT_GRPC_PORT=${RAY_AGENT_GRPC_PORT:-$((36006 + off))}
-RAY_RUNTIME_ENV_AGENT_PORT=${RAY_RUNTIME_ENV_AGENT_PORT:-$((36007 + off))}
-RAY_MIN_WORKER_PORT=${RAY_MIN_WORKER_PORT:-$((36100 + off))}
-RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-$((36199 + off))}
+ETCD_PORT=${ETCD_PORT:-$((22379 + off))}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-$((22380 + off))}
+APISERVER_PORT=${APISERVER_PORT:-$((26443 + off))}
+KCM_PORT=${KCM_PORT:-$((26257 + off))}
+SCHEDULER_PORT=${SCHEDULER_PORT:-$((26259 + off))}
+KWOK_PORT=${KWOK_PORT:-$((26247 + off))}
+KUBERAY_METRICS_PORT=${KUBERAY_METRICS_PORT:-$((26280 + off))}
+KUBERAY_HEALTH_PORT=${KUBERAY_HEALTH_PORT:-$((26282 + off))}
+RAY_GCS_PORT=${RAY_GCS_PORT:-$((26379 + off))}
+RAY_DASHBOARD_PORT=${RAY_DASHBOARD_PORT:-$((28265 + off))}
+RAY_CLIENT_PORT=${RAY_CLIENT_PORT:-$((26001 + off))}
+RAY_NODE_MANAGER_PORT=${RAY_NODE_MANAGER_PORT:-$((26002 + off))}
+RAY_OBJECT_MANAGER_PORT=${RAY_OBJECT_MANAGER_PORT:-$((26003 + off))}
+RAY_METRICS_PORT=${RAY_METRICS_PORT:-$((26004 + off))}
+RAY_AGENT_HTTP_PORT=${RAY_AGENT_HTTP_PORT:-$((26005 + off))}
+RAY_AGENT_GRPC_PORT=${RAY_AGENT_GRPC_PORT:-$((26006 + off))}
+RAY_RUNTIME_ENV_AGENT_PORT=${RAY_RUNTIME_ENV_AGENT_PORT:-$((26007 + off))}
+RAY_MIN_WORKER_PORT=${RAY_MIN_WORKER_PORT:-$((26100 + off))}
+RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-$((26199 + off))}
 # The local Ray head advertises 0 CPUs/GPUs like the chart's head; the pod runner starts one local Ray worker
 # node per simulated KubeRay worker pod (its --num-gpus/--resources, CPUs capped), at most MAX_RAY_WORKERS,
 # each with 100 ports from RAY_WORKER_PORT_BASE + 100 x slot.
 MAX_RAY_WORKERS=${MAX_RAY_WORKERS:-8}
 RAY_WORKER_CPUS=${RAY_WORKER_CPUS:-2}
-RAY_WORKER_PORT_BASE=${RAY_WORKER_PORT_BASE:-$((40000 + off))}
+RAY_WORKER_PORT_BASE=${RAY_WORKER_PORT_BASE:-$((24000 + off))}
 # 1: run the Ray head with ci/cluster/fake-miles at /root/miles (needs mount namespaces), so jobs really run.
 FAKE_MILES=${FAKE_MILES:-1}
 # Ray's session dir holds Unix sockets (path limit ~107 bytes): keep it short.

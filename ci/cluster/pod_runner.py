@@ -1219,9 +1219,9 @@ def main(argv: list[str]) -> int:
         help="map a path inside the image to a local one (repeatable); "
         "default: /opt/miles-hooks/pkg=<repo>/hooks/src",
     )
-    ap.add_argument("--ray-dashboard", default="127.0.0.1:38265", help="local Ray dashboard host:port")
-    ap.add_argument("--ray-gcs", default="127.0.0.1:36379", help="local Ray GCS host:port")
-    ap.add_argument("--ray-client", default="127.0.0.1:36001", help="local Ray client server host:port")
+    ap.add_argument("--ray-dashboard", default="127.0.0.1:28265", help="local Ray dashboard host:port")
+    ap.add_argument("--ray-gcs", default="127.0.0.1:26379", help="local Ray GCS host:port")
+    ap.add_argument("--ray-client", default="127.0.0.1:26001", help="local Ray client server host:port")
     ap.add_argument(
         "--default-entrypoint",
         default="miles-hooks",
@@ -1235,7 +1235,7 @@ def main(argv: list[str]) -> int:
         "--ray-worker-cpus", type=int, default=2, help="CPUs a local Ray worker advertises at most"
     )
     ap.add_argument(
-        "--ray-worker-port-base", type=int, default=40000, help="first port of the workers' ranges"
+        "--ray-worker-port-base", type=int, default=24000, help="first port of the workers' ranges"
     )
     ap.add_argument(
         "--fake-miles",

@@ -26,7 +26,7 @@ _REPO = Path(__file__).resolve().parents[2]
 _OFFSET = int(os.environ.setdefault("TESTBED_PORT_OFFSET", "1000"))
 os.environ.setdefault("CLUSTER_DIR", str(_REPO / ".tools" / "cluster-e2e"))
 os.environ.setdefault("FSX_DIR", "/tmp/miles-testbed-fsx-e2e")
-os.environ.setdefault("RAY_DASHBOARD_PORT", str(38265 + _OFFSET))
+os.environ.setdefault("RAY_DASHBOARD_PORT", str(28265 + _OFFSET))
 
 import seed  # noqa: E402
 import testbed as tb  # noqa: E402

@@ -82,7 +82,7 @@ def check_single_job(release: str, ns: str, spec: dict[str, Any]) -> dict[str, A
     want = submit.entrypoint_resources(spec)
     assert want == {"gpu_node": 0.001}, want
     if job["status"] == "RUNNING" and job.get("driver_node_id"):
-        nodes = {n["raylet"]["nodeId"]: n["raylet"].get("resourcesTotal", {}) for n in tb.ray_nodes()}
+        nodes = {n["node_id"]: n.get("resources_total") or {} for n in tb.ray_nodes()}
         assert "gpu_node" in nodes.get(job["driver_node_id"], {}), (job["driver_node_id"], nodes)
     assert job["runtime_env"]["env_vars"] == spec["runtimeEnv"]["envVars"]
     return job

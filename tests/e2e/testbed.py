@@ -21,7 +21,7 @@ CHART = REPO / "charts" / "miles"
 VALUES = REPO / "values"
 OVERLAY = VALUES / "values-local-testbed.yaml"
 FSX_DIR = Path(os.environ.get("FSX_DIR") or "/tmp/miles-testbed-fsx")
-RAY_DASHBOARD = f"http://127.0.0.1:{os.environ.get('RAY_DASHBOARD_PORT', '38265')}"
+RAY_DASHBOARD = f"http://127.0.0.1:{os.environ.get('RAY_DASHBOARD_PORT', '28265')}"
 JOURNAL = CLUSTER_DIR / "runner" / "journal.jsonl"
 HOOK_ORDER = ["preflight", "prepare-data", "convert", "wait-ready", "verify", "submit"]
 
@@ -127,8 +127,9 @@ def ray_jobs() -> list[dict[str, Any]]:
 
 
 def ray_nodes() -> list[dict[str, Any]]:
-    with urllib.request.urlopen(RAY_DASHBOARD + "/nodes?view=summary", timeout=10) as r:
-        return list(json.loads(r.read())["data"]["summary"])
+    """Ray's node table (state API): node_id, state, resources_total, ..."""
+    with urllib.request.urlopen(RAY_DASHBOARD + "/api/v0/nodes?limit=1000", timeout=10) as r:
+        return list(json.loads(r.read())["data"]["result"]["result"])
 
 
 def release_jobs(release: str, namespace: str) -> list[dict[str, Any]]:
