@@ -163,7 +163,7 @@ miles-hooks, so TOKENIZERS_PARALLELISM lives in miles.podEnv only (job processes
 {{- toJson (dict "requests" $req "limits" $lim) -}}
 {{- end -}}
 
-{{/* miles.pools: JSON {head: {nodeSelector, tolerations}, worker: {...}, reward: {...}} after presets. */}}
+{{/* miles.pools: JSON {head|worker|reward|hooks: {nodeSelector, tolerations}} after presets. */}}
 {{- define "miles.pools" -}}
 {{- $v := .Values -}}
 {{- $headSel := deepCopy $v.rayCluster.head.nodeSelector -}}
@@ -172,22 +172,30 @@ miles-hooks, so TOKENIZERS_PARALLELISM lives in miles.podEnv only (job processes
 {{- $headTol := $v.rayCluster.head.tolerations -}}
 {{- $workerTol := $v.rayCluster.workers.tolerations -}}
 {{- $rewardTol := $v.reward.tolerations -}}
+{{- $hooksSel := deepCopy $v.hooks.nodeSelector -}}
+{{- $hooksTol := $v.hooks.tolerations -}}
 {{- if eq $v.cluster.preset "hyperpod" -}}
 {{- $hp := $v.cluster.hyperpod -}}
 {{- $health := dict "sagemaker.amazonaws.com/node-health-status" "Schedulable" -}}
 {{- $headSel = merge $headSel $health -}}
 {{- $workerSel = merge $workerSel $health -}}
 {{- $rewardSel = merge $rewardSel $health -}}
+{{- $hooksSel = merge $hooksSel $health -}}
 {{- with $hp.workerInstanceGroup -}}{{- $_ := set $workerSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
-{{- with $hp.headInstanceGroup -}}{{- $_ := set $headSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
+{{- with $hp.headInstanceGroup -}}
+{{- $_ := set $headSel "sagemaker.amazonaws.com/instance-group-name" . -}}
+{{- if not (hasKey $v.hooks.nodeSelector "sagemaker.amazonaws.com/instance-group-name") -}}{{- $_ := set $hooksSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
+{{- end -}}
 {{- with $hp.rewardInstanceGroup -}}{{- $_ := set $rewardSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
 {{- $tol := dict "key" "sagemaker.amazonaws.com/node-health-status" "operator" "Exists" "effect" "NoExecute" "tolerationSeconds" (int $hp.healthTaintTolerationSeconds) -}}
 {{- $headTol = append $headTol $tol -}}
 {{- $workerTol = append $workerTol $tol -}}
 {{- $rewardTol = append $rewardTol $tol -}}
+{{- $hooksTol = append $hooksTol $tol -}}
 {{- end -}}
 {{- toJson (dict
   "head" (dict "nodeSelector" $headSel "tolerations" $headTol)
   "worker" (dict "nodeSelector" $workerSel "tolerations" $workerTol)
-  "reward" (dict "nodeSelector" $rewardSel "tolerations" $rewardTol)) -}}
+  "reward" (dict "nodeSelector" $rewardSel "tolerations" $rewardTol)
+  "hooks" (dict "nodeSelector" $hooksSel "tolerations" $hooksTol)) -}}
 {{- end -}}

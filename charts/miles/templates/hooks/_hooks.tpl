@@ -101,6 +101,9 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 -}}
 {{- $_ := set $pod "container" $main -}}
 {{- $_ := set $pod "podSecurityContext" $v.hooks.podSecurityContext -}}
+{{- $pools := include "miles.pools" $ctx | fromJson -}}
+{{- $_ := set $pod "nodeSelector" $pools.hooks.nodeSelector -}}
+{{- $_ := set $pod "tolerations" $pools.hooks.tolerations -}}
 {{- $_ := set $pod "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "testReport")) -}}
 {{- end -}}
 {{- include "miles.podTemplate" (dict "context" $ctx "component" (printf "hook-%s" (default $s.step $s.name)) "pod" $pod) -}}
