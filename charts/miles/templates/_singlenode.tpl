@@ -30,6 +30,7 @@ node, the upstream launcher with a local Ray, configured through MILES_SCRIPT_* 
   "securityContext" $v.gpuSecurityContext
 -}}
 {{- $pod := dict
+  "annotations" $v.rayCluster.workers.annotations
   "serviceAccountName" (include "miles.serviceAccountName" .)
   "automountToken" $v.serviceAccount.automountToken
   "podSecurityContext" $v.gpuPodSecurityContext
