@@ -79,6 +79,8 @@ start_proc kube-apiserver "$bin/kube-apiserver" \
   --enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultTolerationSeconds,ResourceQuota,LimitRanger \
   --kubelet-preferred-address-types=InternalIP --kubelet-certificate-authority="$pki/ca.crt" \
   --kubelet-client-certificate="$pki/admin.crt" --kubelet-client-key="$pki/admin.key" \
+  --audit-policy-file="$here/audit-policy.yaml" --audit-log-path="$CLUSTER_DIR/logs/audit.log" \
+  --audit-log-maxsize=200 --audit-log-maxbackup=1 \
   --profiling=false --event-ttl=1h --v=1
 wait_for "kube-apiserver /readyz" 60 "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz
 

@@ -61,4 +61,6 @@ def test_missing_kuberay_crd(namespace: str, inputs_ready: Callable[..., Any]) -
         assert "rayclusters.ray.io" in out or "RayCluster" in out, out[-3000:]
     finally:
         tb.kubectl("create", "--validate=false", "-f", str(crd))
-        tb.kubectl("wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=60s")
+        tb.kubectl(
+            "wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=300s", timeout=320
+        )
