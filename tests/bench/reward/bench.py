@@ -150,37 +150,43 @@ def _loop_slice(args: tuple[int, int]) -> list[tuple[int, float | str, float]]:
     return out
 
 
-def in_process_loop(rows: list[tuple[str, str, str | None]], workers: int, seconds: float) -> dict[str, Any]:
-    ctx = mp.get_context("forkserver")
-    with ctx.Pool(workers, initializer=_init_loop_worker, initargs=(rows,)) as pool:
-        # Size the run to about `seconds`: time one pass first.
+class LoopRunner:
+    """The in-process baseline: ``workers`` processes scoring the corpus directly, no HTTP. Kept
+    open for the whole run so its measurements can alternate with the service's (the machine is
+    shared: alternating rounds cancel slow drifts in other tenants' load)."""
+
+    def __init__(self, rows: list[tuple[str, str, str | None]], workers: int) -> None:
+        self.workers = workers
+        self.n = len(rows)
+        self.pool = mp.get_context("forkserver").Pool(workers, initializer=_init_loop_worker, initargs=(rows,))
         t0 = time.perf_counter()
-        first = pool.map(_loop_slice, _split(len(rows), workers, 0))
-        one_pass = time.perf_counter() - t0
-        passes = max(1, round(seconds / max(one_pass, 1e-3)))
-        total = passes * len(rows)
-        t0 = time.perf_counter()
-        pool.map(_loop_slice, _split(total, workers, 0))
-        elapsed = time.perf_counter() - t0
-    expected: dict[int, float | str] = {}
-    per_check_ms: list[float] = []
-    for part in first:
-        for idx, value, took in part:
-            expected[idx] = value
-            per_check_ms.append(took * 1e3)
-    return {
-        "workers": workers,
-        "samples": total,
-        "seconds": elapsed,
-        "samples_per_s": total / elapsed,
-        "expected": expected,
+        first = self.pool.map(_loop_slice, _split(self.n, workers, 0))
+        self.one_pass = time.perf_counter() - t0
+        self.expected: dict[int, float | str] = {}
+        per_check_ms: list[float] = []
+        for part in first:
+            for idx, value, took in part:
+                self.expected[idx] = value
+                per_check_ms.append(took * 1e3)
         # one check's own cost, no HTTP: a floor under any request latency percentile
-        "check_ms": {q: round(pct(per_check_ms, float(q[1:])), 2) for q in ("p50", "p90", "p99")}
-        | {
+        self.check_ms = {q: round(pct(per_check_ms, float(q[1:])), 2) for q in ("p50", "p90", "p99")}
+        self.check_ms |= {
             "max": round(max(per_check_ms), 2),
             "mean": round(sum(per_check_ms) / len(per_check_ms), 2),
-        },
-    }
+        }
+
+    def run(self, seconds: float) -> tuple[int, float]:
+        """Scores about ``seconds`` worth of samples; returns (samples, elapsed seconds)."""
+        total = max(self.workers, round(seconds / max(self.one_pass, 1e-3) * self.n))
+        t0 = time.perf_counter()
+        self.pool.map(_loop_slice, _split(total, self.workers, 0))
+        elapsed = time.perf_counter() - t0
+        self.one_pass = elapsed / total * self.n
+        return total, elapsed
+
+    def close(self) -> None:
+        self.pool.terminate()
+        self.pool.join()
 
 
 def _split(total: int, workers: int, base: int) -> list[tuple[int, int]]:
@@ -457,18 +463,16 @@ def main() -> int:
     secs = args.phase_seconds
 
     print(f"[1/6] in-process loop, {args.workers} worker processes", flush=True)
-    loop = in_process_loop(triples, args.workers, secs)
-    expected: dict[int, float | str] = loop.pop("expected")
-    report["loop"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in loop.items()}
+    loop = LoopRunner(triples, args.workers)
+    expected = loop.expected
     report["corpus"]["expected_scores"] = dict(Counter(str(v) for v in expected.values()))
-    loop_rate = loop["samples_per_s"]
 
     work = Path(tempfile.mkdtemp(prefix="reward-bench-"))
     svc = Service(args.workers, args.timeout, args.max_inflight, work / "service.log")
     report["service_config"] = svc.config
     veg = Vegeta(veg_bin, work)
     try:
-        print("[2/6] /score/batch, 64 per request", flush=True)
+        print("[2/6] /score/batch, 64 per request, alternating with the loop", flush=True)
         batches = [
             (
                 svc.url(f"/score/batch?i={k}"),
@@ -484,20 +488,42 @@ def main() -> int:
         batch_t = veg.targets("batch", batches)
         # Warm the workers' label caches as the loop's initializer warmed its processes.
         veg.attack("batch-warm", batch_t, rate=0, duration=6, max_workers=2)
-        batch = veg.attack("batch", batch_t, rate=0, duration=secs, max_workers=2 * args.workers)
+        rounds = 3
+        loop_n, loop_s, batch_ok, batch_s = 0, 0.0, 0, 0.0
+        per_round: list[dict[str, float]] = []
+        batch = Attack("batch")
+        for k in range(rounds):
+            n, dt = loop.run(secs / rounds)
+            a = veg.attack(f"batch{k}", batch_t, rate=0, duration=secs / rounds, max_workers=2 * args.workers)
+            ok = a.codes.get(200, 0) * BATCH
+            loop_n, loop_s, batch_ok, batch_s = loop_n + n, loop_s + dt, batch_ok + ok, batch_s + a.span_s()
+            per_round.append(
+                {"loop_per_s": round(n / dt, 1), "batch_per_s": round(ok / max(a.span_s(), 1e-9), 1)}
+            )
+            batch.results += a.results
+        loop_rate = loop_n / loop_s
+        batch_rate = batch_ok / batch_s
+        report["loop"] = {
+            "workers": args.workers,
+            "samples": loop_n,
+            "seconds": round(loop_s, 2),
+            "samples_per_s": round(loop_rate, 1),
+            "check_ms": loop.check_ms,
+        }
         bad_batches = 0
         for r in batch.results:
             k = int(r["url"].rsplit("i=", 1)[1])
             want = [expected[k * BATCH + j] for j in range(BATCH)]
             if r["code"] != 200 or json.loads(base64.b64decode(r["body"])) != want:
                 bad_batches += 1
-        batch_rate = batch.ok_per_s() * BATCH
         report["batch"] = {
             **summarize(batch),
+            "ok_per_s": round(batch_ok / BATCH / batch_s, 1),
             "samples_per_s": round(batch_rate, 1),
             "ratio_to_loop": round(batch_rate / loop_rate, 3),
             "goal_ratio": 0.5,
             "batches_not_exactly_right": bad_batches,
+            "rounds": per_round,
         }
         print(f"      batch {batch_rate:.0f} samples/s vs loop {loop_rate:.0f}", flush=True)
 
@@ -589,6 +615,7 @@ def main() -> int:
         }
         report["pathological"] = patho
     finally:
+        loop.close()
         code = svc.stop()
         report["service_exit_code"] = code
 
