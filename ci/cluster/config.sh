@@ -36,7 +36,7 @@ RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-$((26199 + off))}
 # each with 100 ports from RAY_WORKER_PORT_BASE + 100 x slot.
 MAX_RAY_WORKERS=${MAX_RAY_WORKERS:-8}
 RAY_WORKER_CPUS=${RAY_WORKER_CPUS:-2}
-RAY_WORKER_PORT_BASE=${RAY_WORKER_PORT_BASE:-$((24000 + off))}
+RAY_WORKER_PORT_BASE=${RAY_WORKER_PORT_BASE:-$((12000 + off))}
 # 1: run the Ray head with ci/cluster/fake-miles at /root/miles (needs mount namespaces), so jobs really run.
 FAKE_MILES=${FAKE_MILES:-1}
 # Ray's session dir holds Unix sockets (path limit ~107 bytes): keep it short.

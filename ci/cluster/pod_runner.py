@@ -1235,7 +1235,7 @@ def main(argv: list[str]) -> int:
         "--ray-worker-cpus", type=int, default=2, help="CPUs a local Ray worker advertises at most"
     )
     ap.add_argument(
-        "--ray-worker-port-base", type=int, default=24000, help="first port of the workers' ranges"
+        "--ray-worker-port-base", type=int, default=12000, help="first port of the workers' ranges"
     )
     ap.add_argument(
         "--fake-miles",
