@@ -135,6 +135,9 @@ def validate(raw: Any, source: str = "run spec") -> list[str]:
     try:
         import jsonschema  # noqa: PLC0415 - lazy on purpose (import weight contract)
     except ImportError:  # pragma: no cover - only inside an image without jsonschema
+        from miles_hooks import log  # noqa: PLC0415
+
+        log.get("spec").warning("jsonschema is not installed here: checking only the top-level fields")
         missing = [k for k in schema()["required"] if k not in raw]
         problems.extend(f"{k}: required field missing" for k in missing)
     else:
