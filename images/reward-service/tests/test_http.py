@@ -138,3 +138,22 @@ def test_metrics_exposition(math_service: Service) -> None:
     assert math_service.metric("reward_requests_total", {"endpoint": "score", "outcome": "ok"}) >= 1
     assert math_service.metric("reward_inflight_samples") == 0
     assert math_service.metric("reward_max_inflight_samples") == 256
+
+
+def test_large_and_small_samples_keep_their_own_scores(math_service: Service) -> None:
+    """Samples over the inline-send size go to workers from a thread; a small sample sent right
+    after must not overtake it in the pipe (each score must belong to its own sample)."""
+    filler = "We expand every term carefully and simplify the sum. " * 4000  # ~200 KB
+    items = []
+    expected = []
+    for i in range(24):
+        if i % 3 == 0:
+            items.append(sample(filler + f"Thus $\\boxed{{{i}}}$.", str(i)))
+            expected.append(1.0)
+        else:
+            items.append(sample(f"Thus $\\boxed{{{i}}}$.", str(i + 1)))
+            expected.append(0.0)
+    for _ in range(3):
+        reply = math_service.post("/score/batch", items, timeout=60)
+        assert reply.status == 200, reply.body[:300]
+        assert reply.json() == expected

@@ -72,6 +72,7 @@ class _Worker:
     head_started: float = 0.0
     assigned: deque[_Job] = field(default_factory=deque)
     labels: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    sending: bool = False  # a large payload is being written from a thread: send nothing else
 
 
 @dataclass(frozen=True)
@@ -223,12 +224,12 @@ class WorkerPool:
         for w in ready:  # idle workers first
             if not self._queue:
                 return
-            if not w.assigned:
+            if not w.assigned and not w.sending:
                 self._give(w, now)
         for w in ready:  # then, with work still waiting, keep the next sample in each pipe
             if not self._queue:
                 return
-            if len(w.assigned) < PREFETCH:
+            if len(w.assigned) < PREFETCH and not w.sending:
                 self._give(w, now)
 
     def _give(self, w: _Worker, now: float) -> None:
@@ -248,7 +249,9 @@ class WorkerPool:
         if len(payload) <= INLINE_SEND_BYTES:
             self._send(w, payload)
         else:
+            # Writes to one pipe must not interleave: until this one is done, ``w`` gets nothing.
             assert self._loop is not None
+            w.sending = True
             self._loop.create_task(self._send_in_thread(w, payload))
 
     def _take_for(self, w: _Worker) -> _Job | None:
@@ -281,6 +284,10 @@ class WorkerPool:
         except (OSError, ValueError) as exc:
             if not w.dead:
                 self._worker_lost(w, "worker_died", f"could not send work to the worker: {exc!r}")
+            return
+        finally:
+            w.sending = False
+        self._dispatch()
 
     async def _spawn(self) -> None:
         # Two one-way pipes: the event loop makes the fd it watches non-blocking, and a large
