@@ -1066,6 +1066,7 @@ class Runner:
         home = pod_dir / "home" / c.name
         home.mkdir(parents=True, exist_ok=True)
         tmp = next((d for s, d in pairs if s == "/tmp"), None)
+        api_host, _, api_port = self.s.api_server.removeprefix("https://").partition(":")
         base = {
             "PATH": f"{self.s.venv_bin}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(home),
@@ -1074,6 +1075,11 @@ class Runner:
             "TMPDIR": tmp or str(home),
             "PYTHONUNBUFFERED": "1",
             "MILES_TESTBED": "1",
+            # what the kubelet injects into every container for the `kubernetes` Service
+            "KUBERNETES_SERVICE_HOST": api_host,
+            "KUBERNETES_SERVICE_PORT": api_port,
+            "KUBERNETES_SERVICE_PORT_HTTPS": api_port,
+            "KUBERNETES_PORT": f"tcp://{api_host}:{api_port}",
         }
         if kubeconfig is not None:
             base["KUBECONFIG"] = str(kubeconfig)
