@@ -31,7 +31,7 @@ stamp() {
 # go_build_versioned DIR OUT PACKAGE MODULE VAR: builds PACKAGE of the tools module in DIR to OUT,
 # stamping MODULE's pinned version into the link-time variable VAR (tools print it with --version).
 go_build_versioned() {
-  local dir=$1 out=$2 pkg=$3 module=$4 var=$5 ldflags="-s -w"
+  local dir=$1 out=$2 pkg=$3 module=$4 var=$5 ldflags="-s -w ${6:-}"
   if [[ -n $module ]]; then
     ldflags+=" -X $var=$(cd "$dir" && go list -m -f '{{.Version}}' "$module")"
   fi
@@ -41,14 +41,20 @@ go_build_versioned() {
 build_helms() {
   local dir="$root/ci/tools/helm"
   if fresh go-helm "$dir/go.mod" "$dir/go.sum"; then log "helm tools up to date"; return; fi
-  local m
-  for m in v3 v4; do
-    log "building helm $m"
-    go_build_versioned "$dir" "$tools/helm$m/helm" "helm.sh/helm/$m/cmd/helm" \
-      "helm.sh/helm/$m" "helm.sh/helm/$m/internal/version.version"
-  done
+  # Helm 3 takes its default Kubernetes version (for `template`, `lint` and kubeVersion checks) from
+  # link-time variables; unset, it assumes v1.20 and refuses the chart's kubeVersion. Use the client-go
+  # minor it is built with, as Helm's own release build does.
+  local k8s_minor; k8s_minor=$(cd "$dir" && go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)
+  local v3_kube="-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$k8s_minor"
+  v3_kube+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$k8s_minor"
+  log "building helm v3"
+  go_build_versioned "$dir" "$tools/helmv3/helm" helm.sh/helm/v3/cmd/helm \
+    helm.sh/helm/v3 helm.sh/helm/v3/internal/version.version "$v3_kube"
+  log "building helm v4"
+  go_build_versioned "$dir" "$tools/helmv4/helm" helm.sh/helm/v4/cmd/helm \
+    helm.sh/helm/v4 helm.sh/helm/v4/internal/version.version
   log "building helm-unittest, kubeconform, ct, helm-docs"
-  go_build_versioned "$dir" "$tools/untt" github.com/helm-unittest/helm-unittest/cmd/helm-unittest "" ""
+  go_build_versioned "$dir" "$tools/untt" github.com/helm-unittest/helm-unittest/cmd/helm-unittest "" "" "$v3_kube"
   go_build_versioned "$dir" "$bin/kubeconform" github.com/yannh/kubeconform/cmd/kubeconform \
     github.com/yannh/kubeconform main.version
   go_build_versioned "$dir" "$bin/ct" github.com/helm/chart-testing/v3/ct \
@@ -202,4 +208,4 @@ main() {
   done
   log "done"
 }
-main "$@"
+main "$@"; exit  # one line: bash must not read on if this file changes while it runs
