@@ -71,9 +71,9 @@ defs = {
     "hookAnnotations": {
         "type": "object",
         "additionalProperties": {"type": "string"},
-        "required": ["helm.sh/hook"],
-        "description": "annotations of a hook object; must name its helm.sh/hook events "
-        "(or Argo CD equivalents plus an empty helm.sh/hook)",
+        "anyOf": [{"required": ["helm.sh/hook"]}, {"required": ["argocd.argoproj.io/hook"]}],
+        "description": "annotations of a hook object; must name its phase, as Helm hook events "
+        "(helm.sh/hook) or as an Argo CD hook (argocd.argoproj.io/hook, with the helm.sh keys set to null)",
     },
     "image": {
         "type": "object",

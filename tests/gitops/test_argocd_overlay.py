@@ -26,7 +26,8 @@ def sync_position(obj: dict[str, Any]) -> tuple[int, int]:
 
 
 def component(obj: dict[str, Any]) -> str:
-    return str(obj["metadata"].get("labels", {}).get("app.kubernetes.io/component", ""))
+    label = str(obj["metadata"].get("labels", {}).get("app.kubernetes.io/component", ""))
+    return label.removeprefix("hook-")
 
 
 @pytest.mark.parametrize("scenario", ["values/values-colocated.yaml", "values/values-moe.yaml"])
@@ -80,3 +81,21 @@ def test_rbac_outlives_the_pre_sync_phase(render: Render) -> None:
         if obj["kind"] in {"Role", "RoleBinding", "ServiceAccount"}:
             policy = annotations(obj).get("argocd.argoproj.io/hook-delete-policy", "")
             assert "HookSucceeded" not in policy, f"{obj['kind']}/{obj['metadata']['name']}: {policy}"
+
+
+def test_after_the_first_sync_the_cpu_check_takes_the_converters_place(render: Render, tmp_path: Any) -> None:
+    later_syncs = tmp_path / "later-syncs.yaml"
+    later_syncs.write_text("hooks:\n  convert:\n    enabled: false\n  convertCheck:\n    enabled: true\n")
+    objects = render("values/values-moe.yaml", OVERLAY, str(later_syncs))
+    jobs = sorted((o for o in objects if o["kind"] == "Job"), key=sync_position)
+    assert [component(job) for job in jobs] == [
+        "preflight",
+        "prepare-data",
+        "convert-check",
+        "wait-ready",
+        "verify",
+        "submit",
+    ]
+    (check,) = (job for job in jobs if component(job) == "convert-check")
+    resources = check["spec"]["template"]["spec"]["containers"][0].get("resources", {})
+    assert "nvidia.com/gpu" not in resources.get("limits", {}), "the check must not wait for GPUs"
