@@ -166,6 +166,7 @@ class RayWorkers:
         self.cpus, self.limit, self.port_base = cpus, limit, port_base
         self.procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
         self.simulated: set[str] = set()
+        self.attempts: dict[str, int] = {}
         self.lock = threading.Lock()
         self.work_dir.mkdir(parents=True, exist_ok=True)
 
@@ -273,6 +274,19 @@ class RayWorkers:
                 LOG.info("%s: local Ray worker joined; pod Ready", name)
                 return
             time.sleep(0.3)
+        with self.lock:
+            entry = self.procs.get(pod.metadata.uid)
+            mine = entry is not None and entry[0] is p
+            attempts = self.attempts.get(pod.metadata.uid, 0) + 1
+            if mine and p.poll() is not None:
+                del self.procs[pod.metadata.uid]
+        if mine and p.poll() is not None and attempts < 4:
+            # like the kubelet restarting a failed container: try again, with a back-off
+            self.attempts[pod.metadata.uid] = attempts
+            LOG.warning("%s: local Ray worker exited (%s); restart %d of 3", name, p.returncode, attempts)
+            time.sleep(2 * attempts)
+            self.start(pod, runner)
+            return
         LOG.error("%s: local Ray worker did not start (log: %s); the pod stays unready", name, log_path)
 
     def stop(self, uid: str, name: str) -> None:
