@@ -458,8 +458,15 @@ def main() -> int:
         },
     }
     veg_bin = vegeta_binary()
-    ver = subprocess.run([str(veg_bin), "-version"], capture_output=True, text=True, check=False)
-    report["load_generator"] = "vegeta " + ver.stdout.split("Runtime:")[0].strip().replace("\n", " ")
+    pinned = next(
+        (
+            line.split()[-1]
+            for line in (HERE / "tools" / "go.mod").read_text().splitlines()
+            if "tsenart/vegeta" in line and "require" in line
+        ),
+        "?",
+    )
+    report["load_generator"] = f"vegeta {pinned} ({veg_bin})"
     secs = args.phase_seconds
 
     print(f"[1/6] in-process loop, {args.workers} worker processes", flush=True)
