@@ -23,9 +23,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "hooks" / "src"))
 
-from miles_hooks.gpu_check.config import GIB, LINK_LIMIT_NV18_GBPS
-from miles_hooks.gpu_check.plot import write_plot
-from miles_hooks.gpu_check.verdict import fmt_bytes
+# The device runs this from a bare checkout (no install), hence the path insert above.
+from miles_hooks.gpu_check.config import GIB, LINK_LIMIT_NV18_GBPS  # noqa: E402
+from miles_hooks.gpu_check.plot import write_plot  # noqa: E402
+from miles_hooks.gpu_check.verdict import fmt_bytes  # noqa: E402
 
 TARGET_RATIO = 0.95
 TARGET_WALL_S = 60.0
@@ -72,9 +73,7 @@ def run(
 ) -> tuple[int, str, float]:
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False
-    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False)
     elapsed = time.perf_counter() - t0
     out = proc.stdout + proc.stderr
     log.append(f"$ {' '.join(cmd)}\n(rc {proc.returncode}, {elapsed:.1f} s)\n{out}")
@@ -82,9 +81,7 @@ def run(
     return proc.returncode, proc.stdout, elapsed
 
 
-def torch_matmul(
-    n: int = 8192, warmup: int = 10, iters: int = 20, windows: int = 3
-) -> list[list[float]]:
+def torch_matmul(n: int = 8192, warmup: int = 10, iters: int = 20, windows: int = 3) -> list[list[float]]:
     """Plain ``c = a @ b`` in bf16 on random data, one GPU after another, timed like ours:
     ``warmup`` products, then ``windows`` event-timed windows of ``iters``.  TFLOP/s per window."""
     import torch
@@ -105,9 +102,7 @@ def torch_matmul(
                     c = a @ b
                 end.record()
                 end.synchronize()
-                per_gpu.append(
-                    2.0 * n**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12
-                )
+                per_gpu.append(2.0 * n**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12)
             out.append(per_gpu)
             del a, b, c
             torch.cuda.empty_cache()
@@ -148,9 +143,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
     env = dict(os.environ)
-    env["PYTHONPATH"] = (
-        str(REPO / "hooks" / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    )
+    env["PYTHONPATH"] = str(REPO / "hooks" / "src") + os.pathsep + env.get("PYTHONPATH", "")
     n = args.ngpus
     bench: dict[str, Any] = {
         "host": platform.node(),
@@ -180,15 +173,11 @@ def main() -> int:
 
     nccl: dict[str, list[dict[str, Any]]] = {}
     for name in ("all_reduce_perf", "sendrecv_perf"):
-        rc, text, _ = run(
-            [str(Path(args.nccl_tests_bin) / name), *NCCL_ARGS, "-g", str(n)], log, env
-        )
+        rc, text, _ = run([str(Path(args.nccl_tests_bin) / name), *NCCL_ARGS, "-g", str(n)], log, env)
         nccl[name] = parse_nccl_tests(text)
         bench[f"{name}_rc"] = rc
         bench[f"{name}_header"] = [
-            ln
-            for ln in text.splitlines()
-            if ln.startswith("#") and ("NCCL" in ln or "Rank" in ln)
+            ln for ln in text.splitlines() if ln.startswith("#") and ("NCCL" in ln or "Rank" in ln)
         ][:6]
     bench["nccl_tests"] = nccl
 
@@ -263,11 +252,7 @@ def main() -> int:
                 "verdict": prep["verdict"],
                 "failures": prep["failures"],
                 "wall_s": prep.get("wall_s"),
-                "log_tail": [
-                    ln
-                    for ln in stdout.splitlines()
-                    if ln.startswith(("FAILED", "FAIL", "PASS"))
-                ],
+                "log_tail": [ln for ln in stdout.splitlines() if ln.startswith(("FAILED", "FAIL", "PASS"))],
             }
         )
         shutil.rmtree(pdir, ignore_errors=True)
@@ -298,17 +283,13 @@ def main() -> int:
                             "bytes": p["bytes"],
                             "ours_busbw": p["busbw_gbps"],
                             "nccl_tests_busbw": ref[p["bytes"]],
-                            "ratio": p["busbw_gbps"] / ref[p["bytes"]]
-                            if ref[p["bytes"]]
-                            else None,
+                            "ratio": p["busbw_gbps"] / ref[p["bytes"]] if ref[p["bytes"]] else None,
                         }
                     )
     bench["comparison"] = cmp_rows
     big = [r for r in cmp_rows if GIB <= r["bytes"] <= 2 * GIB]
     mm_ratios = [
-        g["matmul_tflops"] / b
-        for g, b in zip(report["gpus"], base, strict=False)
-        if g.get("matmul_tflops")
+        g["matmul_tflops"] / b for g, b in zip(report["gpus"], base, strict=False) if g.get("matmul_tflops")
     ]
     targets = {
         "busbw_1_2GiB_ratio_min": min((r["ratio"] for r in big), default=None),
@@ -316,8 +297,7 @@ def main() -> int:
         "matmul_ratio_min": min(mm_ratios, default=None),
         "matmul_target_met": bool(mm_ratios) and min(mm_ratios) >= TARGET_RATIO,
         "wall_s": report.get("wall_s"),
-        "wall_target_met": report.get("wall_s") is not None
-        and report["wall_s"] <= TARGET_WALL_S,
+        "wall_target_met": report.get("wall_s") is not None and report["wall_s"] <= TARGET_WALL_S,
         "planted_caught": all(p["rc"] == 1 for p in planted),
     }
     bench["targets"] = targets
@@ -327,14 +307,12 @@ def main() -> int:
     extra = {
         "allreduce": {
             "nccl-tests all_reduce_perf": [
-                (r["bytes"], max(r["oop_busbw"], r["ip_busbw"]))
-                for r in nccl["all_reduce_perf"]
+                (r["bytes"], max(r["oop_busbw"], r["ip_busbw"])) for r in nccl["all_reduce_perf"]
             ]
         },
         "sendrecv": {
             "nccl-tests sendrecv_perf": [
-                (r["bytes"], max(r["oop_busbw"], r["ip_busbw"]))
-                for r in nccl["sendrecv_perf"]
+                (r["bytes"], max(r["oop_busbw"], r["ip_busbw"])) for r in nccl["sendrecv_perf"]
             ],
             f"link limit {LINK_LIMIT_NV18_GBPS:.0f}": [
                 (1 << 20, LINK_LIMIT_NV18_GBPS),
@@ -376,9 +354,7 @@ def render_md(b: dict[str, Any]) -> str:
             f"{r['nccl_tests_busbw']:.1f} | {(r['ratio'] or 0) * 100:.1f}% |"
         )
     lines.append("")
-    lines.append(
-        "| GPU | ours matmul TFLOP/s | torch a@b TFLOP/s | ratio | ours copy GB/s |"
-    )
+    lines.append("| GPU | ours matmul TFLOP/s | torch a@b TFLOP/s | ratio | ours copy GB/s |")
     lines.append("|---|---|---|---|---|")
     for g, base in zip(b["ours"]["gpus"], b["torch_matmul_tflops"], strict=False):
         lines.append(
@@ -399,18 +375,14 @@ def render_md(b: dict[str, Any]) -> str:
         f"wall <= 60 s: {'met' if t['wall_target_met'] else 'NOT met'}; "
         f"planted faults caught: {t['planted_caught']}"
     )
-    lines.append(
-        f"Link limit (NV18, 18 x 25 GB/s per direction): {b['link_limit_gbps']:.0f} GB/s"
-    )
+    lines.append(f"Link limit (NV18, 18 x 25 GB/s per direction): {b['link_limit_gbps']:.0f} GB/s")
     lines.append("")
     lines.append("## Planted faults")
     for p in b["planted"]:
         lines.append(f"- {p['fault']} (`{' '.join(p['flags'])}`): exit {p['rc']}")
         lines.append(f"  - `{p['verdict']}`")
     lines.append("")
-    lines.append(
-        f"Our verdict on the healthy machine: `{b['ours']['verdict']}` (exit {b['ours']['rc']})"
-    )
+    lines.append(f"Our verdict on the healthy machine: `{b['ours']['verdict']}` (exit {b['ours']['rc']})")
     return "\n".join(lines) + "\n"
 
 
