@@ -53,8 +53,15 @@ PY
 echo; echo "=== pods ==="; kubectl -n "$ns" get pods -o wide
 echo; echo "=== RayCluster ==="; kubectl -n "$ns" get raycluster
 kubectl -n "$ns" get raycluster -o jsonpath='{range .items[*]}{.metadata.name}: {range .status.conditions[*]}{.type}={.status} {end}{"\n"}{end}'
-echo; echo "=== Ray job ==="
-RAY_ADDRESS="http://127.0.0.1:$RAY_DASHBOARD_PORT" ray job list 2>/dev/null | tail -n +1 | grep -o "submission_id='[^']*'\|status=<JobStatus.[A-Z]*\|entrypoint='[^']\{0,120\}" || true
+echo; echo "=== Ray job (real local Ray) ==="
+curl -fsS "http://127.0.0.1:$RAY_DASHBOARD_PORT/api/jobs/" | python3 -c '
+import json, sys
+for j in json.load(sys.stdin):
+    md = j.get("metadata") or {}
+    if md.get("miles.namespace") == sys.argv[1]:
+        print("  %s  %s  release=%s" % (j["submission_id"], j["status"], md.get("miles.release")))
+        print("  entrypoint: " + j["entrypoint"][:160] + " ...")
+' "$ns" || true
 echo; echo "=== helm test ==="; helm test "$release" -n "$ns" --logs || true
 cat <<MSG
 
