@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 PYTEST_ARGS ?=
 
-.PHONY: help tools lint lint-chart lint-python lint-docker unittest pytest test demo bench package clean-tools lock
+.PHONY: help tools lint lint-chart lint-python lint-docker unittest pytest test demo scenarios cluster-up cluster-down bench package clean-tools lock
 
 help: ## list targets
 	@grep -E '^[a-z][-a-z]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -44,10 +44,19 @@ pytest: tools ## every pytest tier (hooks, chart rendering/validation, Ray, rewa
 
 test: tools lint unittest pytest ## all tests; fails if any tier fails or runs no tests
 
-demo: tools ## the main job: see README.md
-	ci/demo.sh
+demo: tools ## the main job: local cluster up, colocated scenario installed with the real hooks, final state
+	ci/cluster/demo.sh
 
-bench: tools ## benchmarks; results land in tests/bench/results/
+scenarios: tools ## render every values/ scenario with Helm 3 and Helm 4, validate, print topology
+	ci/scenarios.sh
+
+cluster-up: tools ## local testbed up (NODES=128 for 128 simulated GPU nodes)
+	ci/cluster/up.sh
+
+cluster-down: ## stop the local testbed: no process or port left behind
+	ci/cluster/down.sh
+
+bench: tools ## benchmarks (testbed, reward service); results land in tests/bench/results/
 	ci/bench.sh
 
 package: tools ## helm package + push/pull round trip through an OCI registry on loopback (INSTALL=1: into the testbed)

@@ -114,7 +114,7 @@ python_env() {
 }
 
 # kubeconform's strict schemas for the pinned Kubernetes version and the KubeRay CRDs, generated from the
-# upstream Go modules (never hand-written); tests and make demo validate every rendered scenario with them.
+# upstream Go modules (never hand-written); tests and make scenarios validate every rendered scenario with them.
 kubeconform_schemas() {
   local gen="$root/ci/kubeconform/gen-schemas.py" versions="$root/ci/kubeconform/versions.env"
   local out="$tools/kubeconform-schemas"

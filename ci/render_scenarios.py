@@ -1,6 +1,6 @@
 """Render every scenario of values/ with Helm 3 and Helm 4 and summarise what each creates.
 
-`make scenarios` runs it: each scenario is rendered with both Helms (their objects must agree),
+`make scenarios` (ci/scenarios.sh) runs it: each scenario is rendered with both Helms (their objects must agree),
 validated by kubeconform in strict mode against the schemas `make tools` generates, and its run spec
 is printed by `miles-hooks plan`. Exits non-zero when any scenario fails.
 

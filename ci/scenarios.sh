@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: renders every user scenario in values/ with the real Helm 3 and Helm 4, validates the
+# make scenarios: renders every user scenario in values/ with the real Helm 3 and Helm 4, validates the
 # manifests (kubeconform, strict) and the run spec (miles-hooks plan), and prints what each scenario
 # would create and the topology it derives.
 set -euo pipefail
