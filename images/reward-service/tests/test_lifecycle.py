@@ -179,3 +179,22 @@ def test_sigterm_answers_work_still_queued_after_the_drain_window_with_503(
     assert all(r["error"] == "shutting_down" for r in results if isinstance(r, dict))
     assert 1.0 <= answered_after < 4.0, answered_after
     assert svc.proc.wait(10) in (0, -signal.SIGTERM)
+
+
+def test_sample_prefetched_behind_a_hang_is_rescored_elsewhere(
+    service_factory: ServiceFactory,
+) -> None:
+    """While work is queued each worker holds one more sample in its pipe; when the current check
+    hangs, that sample is handed to another worker instead of waiting for the timeout."""
+    svc = service_factory({"REWARD_WORKERS": "2", "REWARD_TIMEOUT_SECONDS": "12"})
+    items = [sample(f"$\\boxed{{{i}}}$", str(i)) for i in range(20)]
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        hanging = ex.submit(svc.post, "/score", sample(HANGING_RESPONSE, "3"))
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        reply = svc.post("/score/batch", items)
+        took = time.monotonic() - t0
+        assert hanging.result().status == 503
+    assert reply.status == 200, reply.body[:300]
+    assert reply.json() == [1.0] * 20
+    assert took < 2.5, f"a sample waited behind the hanging check: {took:.2f}s"
