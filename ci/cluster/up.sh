@@ -26,6 +26,9 @@ if any_running; then
 fi
 check_ports_free
 
+# From here on, a failure stops whatever was started, so nothing is left running.
+trap 'rc=$?; if ((rc != 0)); then log "up failed (exit $rc): stopping what was started"; "$here/down.sh" >&2 || true; fi' EXIT
+
 mkdir -p "$CLUSTER_DIR"/{run,logs}
 rm -rf "$CLUSTER_DIR/etcd-data" "$CLUSTER_DIR/runner" "$RAY_TMP"
 rm -f "$CLUSTER_DIR"/logs/*.log
