@@ -1,8 +1,8 @@
 """Render every scenario of values/ with Helm 3 and Helm 4 and summarise what each creates.
 
 `make scenarios` (ci/scenarios.sh) runs it: each scenario is rendered with both Helms (their objects
-must agree), validated by kubeconform in strict mode against the schemas `make tools` generates, and its run spec
-is printed by `miles-hooks plan`. Exits non-zero when any scenario fails.
+must agree), validated by kubeconform in strict mode against the schemas `make tools` generates, and
+its run spec is printed by `miles-hooks plan`. Exits non-zero when any scenario fails.
 
 --markdown prints the README's scenario table; --check-readme fails when README.md's copy is stale
 (--write-readme rewrites it).
