@@ -354,6 +354,10 @@ class WorkerPool:
     def _worker_lost(self, w: _Worker, kind: FailureKind, detail: str) -> None:
         if w.dead:
             return
+        if self._closing and not w.assigned:  # an idle worker leaving as asked at shutdown
+            log.debug("worker %d stopped", w.wid)
+            self._retire(w, Failed("shutting_down", "service is stopping"), requeue=False)
+            return
         if not w.ready and kind == "worker_died":
             self._start_failures += 1
             if self._start_failures >= START_FAILURES_BEFORE_BROKEN:
