@@ -61,6 +61,13 @@ def test_missing_kuberay_crd(namespace: str, inputs_ready: Callable[..., Any]) -
         assert "rayclusters.ray.io" in out or "RayCluster" in out, out[-3000:]
     finally:
         tb.kubectl("create", "--validate=false", "-f", str(crd))
-        tb.kubectl(
-            "wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=300s", timeout=320
+        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+        tb.wait_until(
+            "the RayCluster CRD to be served again",
+            lambda: (
+                tb.kubectl("get", "crd/rayclusters.ray.io", "-o", f"jsonpath={jsonpath}", check=False).out
+                == "True"
+            ),
+            timeout=300,
+            interval=1,
         )
