@@ -31,6 +31,8 @@ lint-python:
 	ruff check hooks/ tests/ ci/ images/
 	ruff format --check hooks/ tests/ ci/ images/
 	mypy --config-file hooks/pyproject.toml hooks/src
+	mypy --config-file images/reward-service/pyproject.toml images/reward-service/src images/reward-service/tests
+	mypy --strict --ignore-missing-imports tests/bench/reward
 
 lint-docker:
 	ci/hadolint.sh

@@ -7,5 +7,7 @@ cd "$root"
 echo "== testbed: helm install -> job submitted, hook shares, wait-ready API requests, helm template at scale"
 python3 tests/bench/testbed/bench.py
 echo "== reward service: in-process loop vs /score/batch vs /score, overload, pathological inputs"
-python3 tests/bench/reward/bench.py
+stamp=$(date -u +%Y%m%dT%H%M)
+python3 tests/bench/reward/bench.py --tag "$stamp-realistic"
+python3 tests/bench/reward/bench.py --corpus tests/bench/reward/corpus-short.jsonl --tag "$stamp-short"
 echo "results: $(ls tests/bench/results | tr '\n' ' ')"

@@ -101,16 +101,16 @@ build_registry() {
 
 python_env() {
   local req="$root/ci/requirements.txt" lock="$root/ci/requirements.lock"
-  local pyproject="$root/hooks/pyproject.toml"
-  if fresh venv "$req" "$lock" "$pyproject" && [[ -x "$root/.venv/bin/python" ]]; then
+  local pyproject="$root/hooks/pyproject.toml" reward="$root/images/reward-service/pyproject.toml"
+  if fresh venv "$req" "$lock" "$pyproject" "$reward" && [[ -x "$root/.venv/bin/python" ]]; then
     log "python venv up to date"; return
   fi
   log "installing .venv from ci/requirements.txt (pinned by ci/requirements.lock)"
   [[ -x "$root/.venv/bin/python" ]] || python3 -m venv "$root/.venv"
   "$root/.venv/bin/pip" install -q --upgrade pip
   "$root/.venv/bin/pip" install -q -r "$req" -c "$lock"
-  "$root/.venv/bin/pip" install -q --no-deps -e "$root/hooks"
-  stamp venv "$req" "$lock" "$pyproject"
+  "$root/.venv/bin/pip" install -q --no-deps -e "$root/hooks" -e "$root/images/reward-service"
+  stamp venv "$req" "$lock" "$pyproject" "$reward"
 }
 
 # kubeconform's strict schemas for the pinned Kubernetes version and the KubeRay CRDs, generated from the
