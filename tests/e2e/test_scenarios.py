@@ -1,0 +1,54 @@
+"""The other scenario files of values/ on the testbed (Helm 4): MoE (2 workers), HyperPod preset (node-health
+selection, instance groups), remote reward service. Each: install with the real hooks, the derived cluster
+shape, exactly one job, uninstall leaves nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import testbed as tb
+from test_lifecycle import check_cluster_shape, check_single_job, leftovers, spec_fullname, values_args
+
+pytestmark = pytest.mark.cluster
+
+SCENARIOS = {
+    "moe": [tb.OVERLAY, tb.VALUES / "values-moe.yaml"],
+    "hyperpod": [tb.OVERLAY, tb.VALUES / "values-colocated.yaml", tb.VALUES / "values-hyperpod.yaml"],
+    "reward": [tb.OVERLAY, tb.VALUES / "values-colocated.yaml", tb.VALUES / "values-reward.yaml"],
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_scenario_install(scenario: str, namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    values = SCENARIOS[scenario]
+    rel = f"miles-{scenario}"
+    inputs_ready(values, rel, namespace)
+    tb.helm(
+        "helm4",
+        "install",
+        rel,
+        str(tb.CHART),
+        "-n",
+        namespace,
+        *values_args(values),
+        "--wait",
+        "--timeout",
+        "8m",
+    )
+    spec = tb.run_spec(namespace, spec_fullname(namespace, rel))
+    check_cluster_shape(namespace, spec)
+    job = check_single_job(rel, namespace, spec)
+    if scenario == "reward":
+        assert spec["reward"]["url"].endswith("-reward." + namespace + ".svc:8080/score"), spec["reward"]
+        assert "--rm-url" in job["entrypoint"]
+        deploy = tb.kget("deployments", namespace, selector=f"app.kubernetes.io/instance={rel}")["items"]
+        assert deploy and deploy[0]["status"].get("readyReplicas") == deploy[0]["spec"]["replicas"]
+    if scenario == "hyperpod":
+        pods = tb.kget("pods", namespace, selector=f"ray.io/cluster={spec['rayCluster']['name']}")["items"]
+        for p in pods:
+            node = tb.kget("node", name=p["spec"]["nodeName"])["metadata"]["labels"]
+            assert node["sagemaker.amazonaws.com/node-health-status"] == "Schedulable"
+    tb.helm("helm4", "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
+    tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
