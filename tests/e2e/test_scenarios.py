@@ -4,6 +4,7 @@ shape, exactly one job, uninstall leaves nothing."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,5 +51,37 @@ def test_scenario_install(scenario: str, namespace: str, inputs_ready: Callable[
         for p in pods:
             node = tb.kget("node", name=p["spec"]["nodeName"])["metadata"]["labels"]
             assert node["sagemaker.amazonaws.com/node-health-status"] == "Schedulable"
+    tb.helm("helm4", "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
+    tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
+
+
+def test_single_node_install(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    """mode singleNode: no KubeRay; the pre-install hooks run for real, then one training Job whose pod (the
+    miles image, only simulated here) takes a whole GPU node."""
+    values = [tb.OVERLAY, tb.VALUES / "values-single-node.yaml"]
+    rel = "miles-single"
+    started = time.time()
+    inputs_ready(values, rel, namespace)
+    tb.helm(
+        "helm4",
+        "install",
+        rel,
+        str(tb.CHART),
+        "-n",
+        namespace,
+        *values_args(values),
+        "--wait",
+        "--timeout",
+        "8m",
+    )
+    assert tb.hook_steps(tb.journal(namespace, since=started)) == ["preflight", "prepare-data", "convert"]
+    assert tb.kget("rayclusters.ray.io", namespace)["items"] == []
+    jobs = list(tb.kget("jobs", namespace, selector=f"app.kubernetes.io/instance={rel}")["items"])
+    assert len(jobs) == 1, [j["metadata"]["name"] for j in jobs]
+    pods = tb.kget("pods", namespace, selector=f"job-name={jobs[0]['metadata']['name']}")["items"]
+    assert len(pods) == 1
+    node = tb.kget("node", name=pods[0]["spec"]["nodeName"])["metadata"]["labels"]
+    assert node["testbed.miles.dev/pool"] == "gpu"
+    assert pods[0]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
     tb.helm("helm4", "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
     tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
