@@ -301,6 +301,7 @@ OVERRIDES = {
         "pattern": "^(none|(degenerate|stalled|not-started|space)"
         "(,(degenerate|stalled|not-started|space))*)$",
     },
+    "hooks.test.reportTimeoutSeconds": {"type": "integer", "minimum": 10, "maximum": 3600},
     "reward.backend": {"enum": ["math_verify", "reward_model"]},
     "reward.workers": {"type": "integer", "minimum": 0, "maximum": 256},
     "reward.maxInflight": {"type": "integer", "minimum": 0},
