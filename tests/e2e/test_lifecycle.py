@@ -1,8 +1,6 @@
 """helm install → upgrade (no change, changed recipe) → uninstall, on the local testbed, with the real
-hooks, the real KubeRay operator and the real (local) Ray. Helm 4 and Helm 3.
-
-`helm test` is not exercised yet: the chart's test pod runs `miles-hooks status --kube` while the CLI wants
-`--kube {auto,on,off}` (argparse error), so it cannot pass until chart and hooks agree."""
+hooks, the real KubeRay operator and the real (local) Ray. Helm 4 and Helm 3; `helm test` runs the status
+and report pods for real."""
 
 from __future__ import annotations
 
@@ -125,6 +123,9 @@ def test_colocated_lifecycle(helm_version: str, namespace: str, inputs_ready: Ca
     assert all(e["exitCode"] == 0 for e in tb.journal(ns, since=started))
     cluster = check_cluster_shape(ns, spec)
     job = check_single_job(rel, ns, spec)
+
+    # helm test: the status pod (job state, RayCluster health) and the report pod (run health) pass
+    tb.helm(helm_version, "test", rel, "-n", ns, "--timeout", "5m")
 
     # upgrade with nothing changed: the same job, nothing new submitted, the same RayCluster
     tb.helm(

@@ -50,7 +50,7 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 {{- $v := $ctx.Values -}}
 {{- $s := .step -}}
 {{- $cmd := list "miles-hooks" $s.step "--spec" "/etc/miles/run.json" "--log-format" $v.hooks.logFormat -}}
-{{- if eq $s.key "test" -}}{{- $cmd = append $cmd "--kube" -}}{{- end -}}
+{{- if eq $s.key "test" -}}{{- $cmd = concat $cmd (list "--kube" "auto") -}}{{- end -}}
 {{- if eq $s.key "testReport" -}}{{- $cmd = concat $cmd (list "--fail-on" $v.hooks.test.reportFailOn "--timeout" (toString $v.hooks.test.reportTimeoutSeconds)) -}}{{- end -}}
 {{- /* only steps that call the Kubernetes API get a token */ -}}
 {{- $pod := dict
