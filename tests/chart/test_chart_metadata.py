@@ -1,0 +1,31 @@
+"""Chart.yaml carries what Artifact Hub and `helm search` users read; its images match values.yaml."""
+
+from __future__ import annotations
+
+import pathlib
+
+import yaml
+
+CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "miles"
+
+
+def test_chart_metadata_is_complete() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    for key in ("kubeVersion", "appVersion", "maintainers", "sources", "keywords", "home", "description"):
+        assert chart.get(key), f"Chart.yaml: {key} is missing or empty"
+    notes = chart["annotations"]
+    for key in ("artifacthub.io/license", "artifacthub.io/prerelease", "artifacthub.io/changes"):
+        assert notes.get(key), f"Chart.yaml annotations: {key} is missing"
+    for change in yaml.safe_load(notes["artifacthub.io/changes"]):
+        assert change["kind"] in {"added", "changed", "deprecated", "removed", "fixed", "security"}, change
+
+
+def test_artifacthub_images_match_the_default_values() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    listed = {
+        i["image"].rsplit(":", 1)[0] for i in yaml.safe_load(chart["annotations"]["artifacthub.io/images"])
+    }
+    defaults = {values["image"]["repository"], values["hooks"]["image"]["repository"]}
+    defaults.add(values["reward"]["image"]["repository"])
+    assert listed == defaults
