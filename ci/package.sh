@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make package: packages the chart, pushes it to an OCI registry on loopback (the in-memory registry
 # built from its Go module by make tools), pulls it back and checks the pulled archive is byte-identical.
-# With INSTALL=1 and the local testbed up (make cluster-up), also installs the pulled chart there.
+# With INSTALL=1 and the local testbed up (make cluster-up), also installs the pulled chart there
+# (namespace $INSTALL_NAMESPACE, default miles-oci, which needs the storage claim and hf-token Secret that
+# ci/cluster/demo.sh sets up for its namespace).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -39,6 +41,6 @@ echo "round trip ok: $(sha256sum "$archive" | cut -c1-16)… pushed and pulled b
 
 if [[ ${INSTALL:-0} == 1 ]]; then
   echo "== install the pulled chart into the local testbed"
-  "$helm" upgrade --install miles-oci "$out/pulled/$(basename "$archive")" \
-    -n miles-oci --create-namespace -f values/values-colocated.yaml -f values/values-local-testbed.yaml
+  "$helm" upgrade --install miles-oci "$out/pulled/$(basename "$archive")" --wait --timeout 8m \
+    -n "${INSTALL_NAMESPACE:-miles-oci}" -f values/values-local-testbed.yaml -f values/values-colocated.yaml
 fi
