@@ -1,7 +1,8 @@
 """helmfile's dev environment installs on the local testbed with the real helmfile and Helm.
 
-`helmfile apply` would first diff through the helm-diff plugin, which the toolchain does not build;
-`sync` runs the same install (hooks included) without the diff.
+`helmfile apply` first diffs through the helm-diff plugin, and the Go module proxy refuses every
+github.com/databus23/helm-diff/v3 version we asked for (v3.9.14 to v3.14.0), so the plugin cannot be
+built here; `sync` runs the same install (hooks included) without the diff.
 """
 
 from __future__ import annotations
