@@ -184,11 +184,12 @@ def spec_fullname(ns: str, release: str) -> str:
     return str(names[0][: -len("-run")])
 
 
-def test_disaggregated_install(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+@pytest.mark.parametrize("helm_version", ["helm4", "helm3"])
+def test_disaggregated_install(helm_version: str, namespace: str, inputs_ready: Callable[..., Any]) -> None:
     rel = "miles-dis"
     inputs_ready(DISAGGREGATED, rel, namespace)
     tb.helm(
-        "helm4",
+        helm_version,
         "install",
         rel,
         str(tb.CHART),
@@ -203,7 +204,7 @@ def test_disaggregated_install(namespace: str, inputs_ready: Callable[..., Any])
     assert spec["topology"]["workerReplicas"] == 2
     check_cluster_shape(namespace, spec)
     check_single_job(rel, namespace, spec)
-    tb.helm("helm4", "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
+    tb.helm(helm_version, "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
     tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
 
 

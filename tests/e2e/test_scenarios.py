@@ -21,13 +21,16 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.parametrize("helm_version", ["helm4", "helm3"])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_scenario_install(scenario: str, namespace: str, inputs_ready: Callable[..., Any]) -> None:
+def test_scenario_install(
+    scenario: str, helm_version: str, namespace: str, inputs_ready: Callable[..., Any]
+) -> None:
     values = SCENARIOS[scenario]
     rel = f"miles-{scenario}"
     inputs_ready(values, rel, namespace)
     tb.helm(
-        "helm4",
+        helm_version,
         "install",
         rel,
         str(tb.CHART),
@@ -51,11 +54,12 @@ def test_scenario_install(scenario: str, namespace: str, inputs_ready: Callable[
         for p in pods:
             node = tb.kget("node", name=p["spec"]["nodeName"])["metadata"]["labels"]
             assert node["sagemaker.amazonaws.com/node-health-status"] == "Schedulable"
-    tb.helm("helm4", "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
+    tb.helm(helm_version, "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
     tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
 
 
-def test_single_node_install(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+@pytest.mark.parametrize("helm_version", ["helm4", "helm3"])
+def test_single_node_install(helm_version: str, namespace: str, inputs_ready: Callable[..., Any]) -> None:
     """mode singleNode: no KubeRay; the pre-install hooks run for real, then one training Job whose pod (the
     miles image, only simulated here) takes a whole GPU node."""
     values = [tb.OVERLAY, tb.VALUES / "values-single-node.yaml"]
@@ -63,7 +67,7 @@ def test_single_node_install(namespace: str, inputs_ready: Callable[..., Any]) -
     started = time.time()
     inputs_ready(values, rel, namespace)
     tb.helm(
-        "helm4",
+        helm_version,
         "install",
         rel,
         str(tb.CHART),
@@ -83,5 +87,5 @@ def test_single_node_install(namespace: str, inputs_ready: Callable[..., Any]) -
     node = tb.kget("node", name=pods[0]["spec"]["nodeName"])["metadata"]["labels"]
     assert node["testbed.miles.dev/pool"] == "gpu"
     assert pods[0]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    tb.helm("helm4", "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
+    tb.helm(helm_version, "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
     tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
