@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +21,6 @@ NAMESPACED_KINDS = (
     "pods,jobs,configmaps,secrets,services,serviceaccounts,roles,rolebindings,networkpolicies,"
     "deployments,poddisruptionbudgets,persistentvolumeclaims,rayclusters.ray.io"
 )
-
-
-def values_args(values: list[Path]) -> list[str]:
-    out: list[str] = []
-    for v in values:
-        out += ["-f", str(v)]
-    return out
 
 
 def active_jobs(release: str, ns: str) -> list[dict[str, Any]]:
@@ -105,18 +97,7 @@ def test_colocated_lifecycle(helm_version: str, namespace: str, inputs_ready: Ca
     started = time.time()
 
     # install: hooks run in order, KubeRay reconciles the cluster, exactly one job with the derived entrypoint
-    tb.helm(
-        helm_version,
-        "install",
-        rel,
-        str(tb.CHART),
-        "-n",
-        ns,
-        *values_args(COLOCATED),
-        "--wait",
-        "--timeout",
-        "8m",
-    )
+    tb.deploy(helm_version, "install", rel, ns, COLOCATED)
     spec = tb.run_spec(ns, spec_fullname(ns, rel))
     steps = tb.hook_steps(tb.journal(ns, since=started))
     assert steps == HOOK_ORDER, steps
@@ -128,37 +109,14 @@ def test_colocated_lifecycle(helm_version: str, namespace: str, inputs_ready: Ca
     tb.helm(helm_version, "test", rel, "-n", ns, "--timeout", "5m")
 
     # upgrade with nothing changed: the same job, nothing new submitted, the same RayCluster
-    tb.helm(
-        helm_version,
-        "upgrade",
-        rel,
-        str(tb.CHART),
-        "-n",
-        ns,
-        *values_args(COLOCATED),
-        "--wait",
-        "--timeout",
-        "8m",
-    )
+    tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED)
     jobs = tb.release_jobs(rel, ns)
     assert [j["submission_id"] for j in jobs] == [job["submission_id"]], jobs
     assert [r["metadata"]["name"] for r in rayclusters(ns)] == [cluster]
 
     # upgrade with a changed recipe and worker template: a new RayCluster, the old job stopped, one new job
     changed = ["--set", "recipe.numRollout=7", "--set", "rayCluster.workers.nccl.debug=INFO"]
-    tb.helm(
-        helm_version,
-        "upgrade",
-        rel,
-        str(tb.CHART),
-        "-n",
-        ns,
-        *values_args(COLOCATED),
-        *changed,
-        "--wait",
-        "--timeout",
-        "8m",
-    )
+    tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED, *changed)
     spec2 = tb.run_spec(ns, spec_fullname(ns, rel))
     assert spec2["rayCluster"]["name"] != cluster
     tb.wait_until(
@@ -173,8 +131,7 @@ def test_colocated_lifecycle(helm_version: str, namespace: str, inputs_ready: Ca
     assert old[job["submission_id"]] in ("STOPPED", "FAILED", "SUCCEEDED"), old
 
     # uninstall removes everything the release created, hook leftovers included
-    tb.helm(helm_version, "uninstall", rel, "-n", ns, "--wait", "--timeout", "3m")
-    tb.wait_until("no object of the release left", lambda: not leftovers(rel, ns), timeout=60)
+    tb.uninstall_cleanly(helm_version, rel, ns, leftovers)
 
 
 def spec_fullname(ns: str, release: str) -> str:
@@ -188,24 +145,12 @@ def spec_fullname(ns: str, release: str) -> str:
 def test_disaggregated_install(helm_version: str, namespace: str, inputs_ready: Callable[..., Any]) -> None:
     rel = "miles-dis"
     inputs_ready(DISAGGREGATED, rel, namespace)
-    tb.helm(
-        helm_version,
-        "install",
-        rel,
-        str(tb.CHART),
-        "-n",
-        namespace,
-        *values_args(DISAGGREGATED),
-        "--wait",
-        "--timeout",
-        "8m",
-    )
+    tb.deploy(helm_version, "install", rel, namespace, DISAGGREGATED)
     spec = tb.run_spec(namespace, spec_fullname(namespace, rel))
     assert spec["topology"]["workerReplicas"] == 2
     check_cluster_shape(namespace, spec)
     check_single_job(rel, namespace, spec)
-    tb.helm(helm_version, "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
-    tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
+    tb.uninstall_cleanly(helm_version, rel, namespace, leftovers)
 
 
 def dump(obj: Any) -> str:

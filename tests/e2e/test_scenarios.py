@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import testbed as tb
-from test_lifecycle import check_cluster_shape, check_single_job, leftovers, spec_fullname, values_args
+from test_lifecycle import check_cluster_shape, check_single_job, leftovers, spec_fullname
 
 pytestmark = pytest.mark.cluster
 
@@ -29,18 +29,7 @@ def test_scenario_install(
     values = SCENARIOS[scenario]
     rel = f"miles-{scenario}"
     inputs_ready(values, rel, namespace)
-    tb.helm(
-        helm_version,
-        "install",
-        rel,
-        str(tb.CHART),
-        "-n",
-        namespace,
-        *values_args(values),
-        "--wait",
-        "--timeout",
-        "8m",
-    )
+    tb.deploy(helm_version, "install", rel, namespace, values)
     spec = tb.run_spec(namespace, spec_fullname(namespace, rel))
     check_cluster_shape(namespace, spec)
     job = check_single_job(rel, namespace, spec)
@@ -54,8 +43,7 @@ def test_scenario_install(
         for p in pods:
             node = tb.kget("node", name=p["spec"]["nodeName"])["metadata"]["labels"]
             assert node["sagemaker.amazonaws.com/node-health-status"] == "Schedulable"
-    tb.helm(helm_version, "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
-    tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
+    tb.uninstall_cleanly(helm_version, rel, namespace, leftovers)
 
 
 @pytest.mark.parametrize("helm_version", ["helm4", "helm3"])
@@ -66,18 +54,7 @@ def test_single_node_install(helm_version: str, namespace: str, inputs_ready: Ca
     rel = "miles-single"
     started = time.time()
     inputs_ready(values, rel, namespace)
-    tb.helm(
-        helm_version,
-        "install",
-        rel,
-        str(tb.CHART),
-        "-n",
-        namespace,
-        *values_args(values),
-        "--wait",
-        "--timeout",
-        "8m",
-    )
+    tb.deploy(helm_version, "install", rel, namespace, values)
     assert tb.hook_steps(tb.journal(namespace, since=started)) == ["preflight", "prepare-data", "convert"]
     assert tb.kget("rayclusters.ray.io", namespace)["items"] == []
     jobs = list(tb.kget("jobs", namespace, selector=f"app.kubernetes.io/instance={rel}")["items"])
@@ -87,5 +64,4 @@ def test_single_node_install(helm_version: str, namespace: str, inputs_ready: Ca
     node = tb.kget("node", name=pods[0]["spec"]["nodeName"])["metadata"]["labels"]
     assert node["testbed.miles.dev/pool"] == "gpu"
     assert pods[0]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    tb.helm(helm_version, "uninstall", rel, "-n", namespace, "--wait", "--timeout", "3m")
-    tb.wait_until("no object of the release left", lambda: not leftovers(rel, namespace), timeout=60)
+    tb.uninstall_cleanly(helm_version, rel, namespace, leftovers)

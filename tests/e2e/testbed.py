@@ -79,6 +79,20 @@ def helm(version: str, *args: str, check: bool = True, timeout: float = 900) -> 
     return run([str(TOOLS_BIN / version), *args], check=check, timeout=timeout)
 
 
+def deploy(version: str, verb: str, release: str, namespace: str, values: list[Path], *extra: str) -> Result:
+    """helm install/upgrade of the chart with the value files in order, waiting as a user would."""
+    files = [arg for path in values for arg in ("-f", str(path))]
+    return helm(
+        version, verb, release, str(CHART), "-n", namespace, *files, *extra, "--wait", "--timeout", "8m"
+    )
+
+
+def uninstall_cleanly(version: str, release: str, namespace: str, leftovers: Any) -> None:
+    """helm uninstall, then wait until leftovers(release, namespace) lists nothing of the release."""
+    helm(version, "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
+    wait_until("no object of the release left", lambda: not leftovers(release, namespace), timeout=60)
+
+
 def is_up() -> bool:
     if not KUBECONFIG.exists():
         return False
