@@ -696,28 +696,34 @@ class Runner:
                 LOG.warning("annotate %s/%s failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason)
 
     # ------------------------------------------------------------------ volumes
-    def read_cm(self, ns: str, name: str, optional: bool) -> dict[str, bytes] | None:
+    @staticmethod
+    def _read_or_missing(kind: str, name: str, optional: bool, read: Any) -> Any:
+        """read() the object; a missing one is None when optional, else the kubelet's config error."""
         try:
-            cm = self.core.read_namespaced_config_map(name, ns)
+            return read()
         except ApiException as e:
             if e.status == 404:
                 if optional:
                     return None
-                raise PodError("CreateContainerConfigError", f'configmap "{name}" not found') from e
+                raise PodError("CreateContainerConfigError", f'{kind} "{name}" not found') from e
             raise
+
+    def read_cm(self, ns: str, name: str, optional: bool) -> dict[str, bytes] | None:
+        cm = self._read_or_missing(
+            "configmap", name, optional, lambda: self.core.read_namespaced_config_map(name, ns)
+        )
+        if cm is None:
+            return None
         data = {k: v.encode() for k, v in (cm.data or {}).items()}
         data.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
         return data
 
     def read_secret(self, ns: str, name: str, optional: bool) -> dict[str, bytes] | None:
-        try:
-            sec = self.core.read_namespaced_secret(name, ns)
-        except ApiException as e:
-            if e.status == 404:
-                if optional:
-                    return None
-                raise PodError("CreateContainerConfigError", f'secret "{name}" not found') from e
-            raise
+        sec = self._read_or_missing(
+            "secret", name, optional, lambda: self.core.read_namespaced_secret(name, ns)
+        )
+        if sec is None:
+            return None
         return {k: base64.b64decode(v) for k, v in (sec.data or {}).items()}
 
     def write_items(  # noqa: PLR0917
