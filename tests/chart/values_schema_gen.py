@@ -303,6 +303,7 @@ OVERRIDES = {
     },
     "hooks.test.reportTimeoutSeconds": {"type": "integer", "minimum": 10, "maximum": 3600},
     "reward.backend": {"enum": ["math_verify", "reward_model"]},
+    "reward.mathAnswer": {"enum": ["anchored", "last_expression"]},
     "reward.workers": {"type": "integer", "minimum": 0, "maximum": 256},
     "reward.maxInflight": {"type": "integer", "minimum": 0},
     "reward.replicas": {"type": "integer", "minimum": 0},

@@ -20,6 +20,7 @@ def test_defaults() -> None:
     assert cfg.timeout_seconds == config.DEFAULT_TIMEOUT_SECONDS
     assert cfg.model_path is None
     assert cfg.log_level == "info"
+    assert cfg.math_answer == "anchored"
 
 
 def test_all_set() -> None:
@@ -30,6 +31,7 @@ def test_all_set() -> None:
             "REWARD_MAX_INFLIGHT": "64",
             "REWARD_TIMEOUT_SECONDS": "2.5",
             "REWARD_LOG_LEVEL": "WARNING",
+            "REWARD_MATH_ANSWER": "last_expression",
         }
     )
     assert (cfg.port, cfg.workers, cfg.max_inflight, cfg.timeout_seconds, cfg.log_level) == (
@@ -39,6 +41,7 @@ def test_all_set() -> None:
         2.5,
         "warning",
     )
+    assert cfg.math_answer == "last_expression"
 
 
 @pytest.mark.parametrize(
@@ -54,6 +57,7 @@ def test_all_set() -> None:
         ("REWARD_TIMEOUT_SECONDS", "ten", "a number of seconds > 0"),
         ("REWARD_BACKEND", "llm_judge", "math_verify or reward_model"),
         ("REWARD_LOG_LEVEL", "verbose", "debug|info|warning|error"),
+        ("REWARD_MATH_ANSWER", "last", "anchored or last_expression"),
     ],
 )
 def test_invalid_value_names_variable_expected_and_found(

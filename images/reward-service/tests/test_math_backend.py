@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from miles_reward import math_backend
+from miles_reward.config import ANSWER_MODES
 from miles_reward.outcome import Failed, Sample, Scored
+
+SCORERS = {mode: math_backend.make_scorer(mode) for mode in ANSWER_MODES}
+score = SCORERS["anchored"]
 
 LONG_REASONING = (
     "We start by writing the equation as $x^2 - 5x + 6 = 0$. Factoring gives $(x-2)(x-3)=0$, "
@@ -29,17 +33,43 @@ LONG_REASONING = (
     ],
 )
 def test_scores(response: str, label: str, expected: float) -> None:
-    assert math_backend.score(Sample("Solve it.", response, label)) == Scored(expected)
+    for mode in ANSWER_MODES:
+        assert SCORERS[mode](Sample("Solve it.", response, label)) == Scored(expected), mode
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "So the sum is $41$. Answer: 41",
+        "The final answer is $41$.",
+        "Hence the final answer is 41.",
+        "We conclude that the answer is $\\frac{82}{2}$.",
+        "Thus $\\boxed{41}$",
+    ],
+)
+def test_anchored_accepts_each_way_of_declaring_the_answer(response: str) -> None:
+    assert SCORERS["anchored"](Sample("p", response, "41")) == Scored(1.0)
+
+
+def test_unanchored_last_expression_scores_only_in_last_expression_mode() -> None:
+    """A chain of thought cut off at the length limit, whose last expression equals the label."""
+    cut = Sample(
+        "p",
+        "Telescoping, the partial sums collapse to $1 - \\frac{1}{2}$, so the value is $41$",
+        "41",
+    )
+    assert SCORERS["anchored"](cut) == Scored(0.0)
+    assert SCORERS["last_expression"](cut) == Scored(1.0)
 
 
 @pytest.mark.parametrize("label", [None, "", "   ", "{"])
 def test_unusable_label_is_a_failure_not_a_zero(label: str | None) -> None:
-    outcome = math_backend.score(Sample("p", "The answer is $\\boxed{1}$.", label))
+    outcome = score(Sample("p", "The answer is $\\boxed{1}$.", label))
     assert isinstance(outcome, Failed)
     assert outcome.kind == "unusable_label"
     assert outcome.status == 422
 
 
 def test_label_already_in_latex_delimiters() -> None:
-    assert math_backend.score(Sample("p", "so $\\boxed{7}$", "$7$")) == Scored(1.0)
-    assert math_backend.score(Sample("p", "so $\\boxed{7}$", "\\boxed{7}")) == Scored(1.0)
+    assert score(Sample("p", "so $\\boxed{7}$", "$7$")) == Scored(1.0)
+    assert score(Sample("p", "so $\\boxed{7}$", "\\boxed{7}")) == Scored(1.0)

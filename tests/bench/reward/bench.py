@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from miles_reward.config import default_workers
+from miles_reward.config import ANSWER_MODES, default_workers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -119,10 +119,11 @@ def pct(values: Sequence[float], q: float) -> float:
 
 # ------------------------------------------------------------------- in-process loop
 _corpus: list[tuple[str, str, str | None]] = []
+_score: Any = None
 
 
-def _init_loop_worker(rows: list[tuple[str, str, str | None]]) -> None:
-    global _corpus
+def _init_loop_worker(rows: list[tuple[str, str, str | None]], answer_mode: str) -> None:
+    global _corpus, _score
     _corpus = rows
     from miles_reward.worker import WORKER_NICE
 
@@ -130,12 +131,12 @@ def _init_loop_worker(rows: list[tuple[str, str, str | None]]) -> None:
     from miles_reward import math_backend
     from miles_reward.outcome import Sample
 
+    _score = math_backend.make_scorer(answer_mode)  # type: ignore[arg-type]
     for p, r, lab in rows:  # warm: parsers, regexes and the label cache, as a running service is
-        math_backend.score(Sample(p, r, lab))
+        _score(Sample(p, r, lab))
 
 
 def _loop_slice(args: tuple[int, int]) -> list[tuple[int, float | str, float]]:
-    from miles_reward import math_backend
     from miles_reward.outcome import Sample, Scored
 
     start, stop = args
@@ -145,7 +146,7 @@ def _loop_slice(args: tuple[int, int]) -> list[tuple[int, float | str, float]]:
     for i in range(start, stop):
         p, r, lab = _corpus[i % n]
         t0 = clock()
-        o = math_backend.score(Sample(p, r, lab))
+        o = _score(Sample(p, r, lab))
         out.append((i % n, o.score if isinstance(o, Scored) else o.kind, clock() - t0))
     return out
 
@@ -155,10 +156,12 @@ class LoopRunner:
     open for the whole run so its measurements can alternate with the service's (the machine is
     shared: alternating rounds cancel slow drifts in other tenants' load)."""
 
-    def __init__(self, rows: list[tuple[str, str, str | None]], workers: int) -> None:
+    def __init__(self, rows: list[tuple[str, str, str | None]], workers: int, answer_mode: str) -> None:
         self.workers = workers
         self.n = len(rows)
-        self.pool = mp.get_context("forkserver").Pool(workers, initializer=_init_loop_worker, initargs=(rows,))
+        self.pool = mp.get_context("forkserver").Pool(
+            workers, initializer=_init_loop_worker, initargs=(rows, answer_mode)
+        )
         t0 = time.perf_counter()
         first = self.pool.map(_loop_slice, _split(self.n, workers, 0))
         self.one_pass = time.perf_counter() - t0
@@ -290,7 +293,7 @@ class Vegeta:
 
 # ---------------------------------------------------------------------------- service
 class Service:
-    def __init__(self, workers: int, timeout: float, max_inflight: int, log: Path) -> None:
+    def __init__(self, workers: int, timeout: float, max_inflight: int, answer_mode: str, log: Path) -> None:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("REWARD_")}
         env.update(
@@ -299,6 +302,7 @@ class Service:
                 "REWARD_WORKERS": str(workers),
                 "REWARD_TIMEOUT_SECONDS": str(timeout),
                 "REWARD_MAX_INFLIGHT": str(max_inflight),
+                "REWARD_MATH_ANSWER": answer_mode,
                 "REWARD_PORT": str(self.port),
                 "REWARD_LOG_LEVEL": "warning",
             }
@@ -434,6 +438,7 @@ def main() -> int:
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="REWARD_TIMEOUT_SECONDS")
     parser.add_argument("--max-inflight", type=int, default=512, help="REWARD_MAX_INFLIGHT")
+    parser.add_argument("--answer", choices=ANSWER_MODES, default=ANSWER_MODES[0], help="REWARD_MATH_ANSWER")
     parser.add_argument("--phase-seconds", type=float, default=12.0)
     parser.add_argument("--tag", default="")
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
@@ -470,12 +475,12 @@ def main() -> int:
     secs = args.phase_seconds
 
     print(f"[1/6] in-process loop, {args.workers} worker processes", flush=True)
-    loop = LoopRunner(triples, args.workers)
+    loop = LoopRunner(triples, args.workers, args.answer)
     expected = loop.expected
     report["corpus"]["expected_scores"] = dict(Counter(str(v) for v in expected.values()))
 
     work = Path(tempfile.mkdtemp(prefix="reward-bench-"))
-    svc = Service(args.workers, args.timeout, args.max_inflight, work / "service.log")
+    svc = Service(args.workers, args.timeout, args.max_inflight, args.answer, work / "service.log")
     report["service_config"] = svc.config
     veg = Vegeta(veg_bin, work)
     try:
@@ -641,6 +646,7 @@ def main() -> int:
     return 0 if all(report["goals"][g]["met"] for g in CORRECTNESS_GOALS) else 1
 
 
+ANSWER_SLACK_SECONDS = 0.1
 CORRECTNESS_GOALS = (
     "overload_every_answer_a_score_or_503",
     "overload_live_and_recovers",
@@ -678,12 +684,13 @@ def goals(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
             },
         },
         # The hang must cost a 503 within the timeout; the huge response must cost at most that
-        # (a 200 when the verifier gets through it in time is fine).
+        # (a 200 when the verifier gets through it in time is fine). Measured at the client, so
+        # the slack covers killing the worker and writing the answer, nothing else.
         "pathological_one_503_within_timeout": {
             "met": hang["status"] == 503
-            and hang["seconds"] <= t + 1.0
+            and hang["seconds"] <= t + ANSWER_SLACK_SECONDS
             and huge["status"] in (200, 503)
-            and huge["seconds"] <= t + 1.0,
+            and huge["seconds"] <= t + ANSWER_SLACK_SECONDS,
             "value": {
                 "hang": [hang["status"], hang["seconds"]],
                 "huge": [huge["status"], huge["seconds"]],
@@ -716,6 +723,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"- corpus: {r['corpus']['samples']} samples, mean response {r['corpus']['mean_response_chars']}"
         f" chars, expected scores {r['corpus']['expected_scores']}",
         f"- service: {r['service_config']}",
+        f"- answer extraction: `{r['service_config'].get('REWARD_MATH_ANSWER', 'anchored')}`"
+        " (REWARD_MATH_ANSWER; see docs/reward-service.md)",
         "",
         "| measure | figure | goal | met |",
         "|---|---|---|---|",
@@ -740,11 +749,12 @@ def markdown(r: dict[str, Any]) -> str:
         f"{o['after_at_80pct']['latency_ms_200']['p99']} ms | live, recovers | "
         f"{_yes(r, 'overload_live_and_recovers')} |",
         f"| hanging expression | {p['hanging_expression']['status']} after "
-        f"{p['hanging_expression']['seconds']} s | one 503 within {p['timeout_seconds']} s | "
-        f"{_yes(r, 'pathological_one_503_within_timeout')} |",
+        f"{p['hanging_expression']['seconds']} s | one 503 within {p['timeout_seconds']} s "
+        f"(+{ANSWER_SLACK_SECONDS:g} s to answer) | {_yes(r, 'pathological_one_503_within_timeout')} |",
         f"| huge response ({p['huge_response']['request_bytes'] / 1e6:.1f} MB) | "
-        f"{p['huge_response']['status']} after {p['huge_response']['seconds']} s | one 503 within "
-        f"{p['timeout_seconds']} s | |",
+        f"{p['huge_response']['status']} after {p['huge_response']['seconds']} s | a score, or one 503 "
+        f"within {p['timeout_seconds']} s (+{ANSWER_SLACK_SECONDS:g} s) | "
+        f"{_yes(r, 'pathological_one_503_within_timeout')} |",
         f"| background load meanwhile ({BACKGROUND:.0%} of peak) | codes {p['background']['codes']}, p99 "
         f"{p['background']['latency_ms_200']['p99']} ms, max {p['background']['latency_ms_200']['max']}"
         f" ms | not stalled | {_yes(r, 'pathological_does_not_stall_others')} |",

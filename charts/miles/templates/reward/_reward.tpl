@@ -9,6 +9,7 @@
   (dict "name" "REWARD_TIMEOUT_SECONDS" "value" (toString $r.timeoutSeconds))
   (dict "name" "REWARD_LOG_LEVEL" "value" $r.logLevel)
 -}}
+{{- if eq $r.backend "math_verify" -}}{{- $env = append $env (dict "name" "REWARD_MATH_ANSWER" "value" $r.mathAnswer) -}}{{- end -}}
 {{- if gt (int $r.workers) 0 -}}{{- $env = append $env (dict "name" "REWARD_WORKERS" "value" (toString (int $r.workers))) -}}{{- end -}}
 {{- if gt (int $r.maxInflight) 0 -}}{{- $env = append $env (dict "name" "REWARD_MAX_INFLIGHT" "value" (toString (int $r.maxInflight))) -}}{{- end -}}
 {{- if $r.modelPath -}}

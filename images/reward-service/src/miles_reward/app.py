@@ -81,6 +81,7 @@ class RewardApp:
                 max_inflight=config.max_inflight,
                 timeout_seconds=config.timeout_seconds,
                 model_path=config.model_path,
+                math_answer=config.math_answer,
             ),
             on_restart=lambda reason: self.metrics.worker_restarts.labels(reason).inc(),
         )
@@ -121,8 +122,11 @@ class RewardApp:
                     return
                 self.started = True
                 log.info(
-                    "ready: backend=%s workers=%d max_inflight=%d timeout=%gs",
+                    "ready: backend=%s%s workers=%d max_inflight=%d timeout=%gs",
                     self.config.backend,
+                    f" answer={self.config.math_answer}"
+                    if self.config.backend == "math_verify"
+                    else "",
                     self.config.workers,
                     self.config.max_inflight,
                     self.config.timeout_seconds,
@@ -175,9 +179,10 @@ class RewardApp:
     async def _score(self, batch: bool, receive: Receive, send: Send) -> None:
         endpoint = "batch" if batch else "score"
         t0 = time.perf_counter()
+        received_at = time.monotonic()
         self.metrics.inflight_requests.inc()
         try:
-            status, body, outcome = await self._score_inner(batch, receive)
+            status, body, outcome = await self._score_inner(batch, receive, received_at)
         finally:
             self.metrics.inflight_requests.dec()
         extra = [RETRY_AFTER] if status == 503 else []
@@ -186,7 +191,9 @@ class RewardApp:
         if status >= 500 and outcome != "overloaded":
             log.warning("%s answered %d: %s", endpoint, status, body[:300].decode(errors="replace"))
 
-    async def _score_inner(self, batch: bool, receive: Receive) -> tuple[int, bytes, str]:
+    async def _score_inner(
+        self, batch: bool, receive: Receive, received_at: float
+    ) -> tuple[int, bytes, str]:
         body = await _read_body(receive)
         if body is None:
             return (
@@ -210,7 +217,7 @@ class RewardApp:
             )
         if not samples:
             return 200, b"[]", "ok"
-        futures = self.pool.try_submit(samples)
+        futures = self.pool.try_submit(samples, received_at)
         if futures is None:
             if self.pool.broken:
                 return 503, _failure_body("internal_error", self.pool.broken), "internal_error"

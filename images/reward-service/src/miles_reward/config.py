@@ -15,9 +15,12 @@ from typing import Literal
 
 Backend = Literal["math_verify", "reward_model"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+# Which part of a response math_verify checks; see math_backend.py.
+AnswerMode = Literal["anchored", "last_expression"]
 
 BACKENDS: tuple[Backend, ...] = ("math_verify", "reward_model")
 LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
+ANSWER_MODES: tuple[AnswerMode, ...] = ("anchored", "last_expression")  # the default first
 
 DEFAULT_PORT = 8080
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -43,6 +46,7 @@ class Config:
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     model_path: Path | None = None
     log_level: LogLevel = "info"
+    math_answer: AnswerMode = "anchored"
 
     @property
     def drain_queue_after_seconds(self) -> float:
@@ -134,6 +138,13 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         raise ConfigError("REWARD_LOG_LEVEL", "|".join(LOG_LEVELS), env.get("REWARD_LOG_LEVEL"))
     log_level: LogLevel = next(level for level in LOG_LEVELS if level == level_raw)
 
+    answer_raw = env.get("REWARD_MATH_ANSWER", ANSWER_MODES[0]).strip()
+    if answer_raw not in ANSWER_MODES:
+        raise ConfigError(
+            "REWARD_MATH_ANSWER", " or ".join(ANSWER_MODES), env.get("REWARD_MATH_ANSWER")
+        )
+    math_answer = next(mode for mode in ANSWER_MODES if mode == answer_raw)
+
     port = _int(env, "REWARD_PORT", DEFAULT_PORT, 1, 65535)
     workers = _int(env, "REWARD_WORKERS", default_workers(backend), 1, 256)
     max_inflight = _int(env, "REWARD_MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT, 1, 1_000_000)
@@ -157,4 +168,5 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         timeout_seconds=timeout_seconds,
         model_path=model_path,
         log_level=log_level,
+        math_answer=math_answer,
     )

@@ -3,9 +3,13 @@
 Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot kill one task that hangs (a sympy
 expression such as 9^(9^(9^9)) never returns) without breaking the whole executor. Here each
 worker is a process with its own pipe; the parent knows which sample each worker is on and since
-when, and a watchdog kills a worker that runs past the timeout, answers that one sample with a
-``timeout`` failure, puts the worker's not-yet-started samples back at the head of the queue and
-starts a replacement.
+when, and a watchdog (woken at the next deadline, not on a coarse tick) kills a worker that runs
+past the timeout, answers that one sample with a ``timeout`` failure, puts the worker's
+not-yet-started samples back at the head of the queue and starts a replacement.
+
+The time it took to read and decode a sample's request counts against its timeout (so a huge body
+still gets its 503 within the timeout of being sent); the time it waited for a free worker does not
+(a large batch on a slow backend must not time out in the queue).
 
 Admission is bounded: ``try_submit`` refuses (returns ``None``) when the samples would push the
 number admitted-and-unanswered past ``max_inflight``, so the queue can never grow without limit.
@@ -28,7 +32,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from miles_reward.config import Backend
+from miles_reward.config import AnswerMode, Backend
 from miles_reward.outcome import Failed, FailureKind, Outcome, Sample, Scored
 from miles_reward.worker import worker_main
 
@@ -52,6 +56,7 @@ INLINE_SEND_BYTES = 64 * 1024
 START_FAILURES_BEFORE_BROKEN = 3
 UNREADY_AFTER_CONSECUTIVE_FAILURES = 5
 UNREADY_COOLDOWN_SECONDS = 30.0
+WATCH_TICK_SECONDS = 0.05
 
 
 @dataclass
@@ -59,6 +64,7 @@ class _Job:
     sample: Sample
     future: asyncio.Future[Outcome]
     queued_at: float
+    budget: float  # seconds the check may run: the timeout less the time spent reading the request
     hedged: bool = False
 
 
@@ -84,6 +90,7 @@ class PoolSettings:
     max_inflight: int
     timeout_seconds: float
     model_path: Path | None = None
+    math_answer: AnswerMode = "anchored"
     startup_timeout_seconds: float = 300.0
 
 
@@ -162,8 +169,7 @@ class WorkerPool:
                     f"workers not ready after {self.settings.startup_timeout_seconds:g}s"
                 )
             await asyncio.sleep(0.02)
-        tick = min(0.05, self.settings.timeout_seconds / 20)
-        self._watchdog = asyncio.create_task(self._watch(tick), name="reward-pool-watchdog")
+        self._watchdog = asyncio.create_task(self._watch(), name="reward-pool-watchdog")
 
     async def close(self, grace_seconds: float = 5.0) -> None:
         self._closing = True
@@ -189,18 +195,25 @@ class WorkerPool:
             self._resolve(self._queue.popleft(), Failed("shutting_down", "service is stopping"))
 
     # ------------------------------------------------------------ submission
-    def try_submit(self, samples: Sequence[Sample]) -> list[asyncio.Future[Outcome]] | None:
-        """Futures for ``samples``, or None when admitting them would exceed max_inflight."""
+    def try_submit(
+        self, samples: Sequence[Sample], received_at: float | None = None
+    ) -> list[asyncio.Future[Outcome]] | None:
+        """Futures for ``samples``, or None when admitting them would exceed max_inflight.
+
+        ``received_at`` (``time.monotonic()`` when the request arrived; default now): the time
+        since then, spent reading and decoding the request, is taken off the samples' timeout."""
         if self._closing or self._broken:
             return None
         if self._inflight + len(samples) > self.settings.max_inflight:
             return None
         loop = self._loop or asyncio.get_running_loop()
         now = time.monotonic()
+        intake = 0.0 if received_at is None else max(0.0, now - received_at)
+        budget = self.settings.timeout_seconds - intake
         futures: list[asyncio.Future[Outcome]] = []
         for sample in samples:
             fut: asyncio.Future[Outcome] = loop.create_future()
-            self._queue.append(_Job(sample, fut, now))
+            self._queue.append(_Job(sample, fut, now, budget))
             futures.append(fut)
         self._inflight += len(samples)
         self._dispatch()
@@ -300,7 +313,13 @@ class WorkerPool:
         self._next_id += 1
         proc = self._ctx.Process(
             target=worker_main,
-            args=(work_rx, result_tx, self.settings.backend, self.settings.model_path),
+            args=(
+                work_rx,
+                result_tx,
+                self.settings.backend,
+                self.settings.model_path,
+                self.settings.math_answer,
+            ),
             name=f"reward-worker-{wid}",
             daemon=True,
         )
@@ -398,16 +417,16 @@ class WorkerPool:
             self._workers.remove(w)
         self._dispatch()
 
-    async def _watch(self, tick: float) -> None:
+    async def _watch(self) -> None:
         limit = self.settings.timeout_seconds
         hedge_after = min(HEDGE_AFTER_SECONDS, limit / 4)
         while True:
-            await asyncio.sleep(tick)
+            await asyncio.sleep(self._until_next_deadline())
             now = time.monotonic()
             for w in list(self._workers):
                 if w.dead:
                     continue
-                if w.assigned and now - w.head_started > limit:
+                if w.assigned and now - w.head_started >= w.assigned[0].budget:
                     self._worker_lost(
                         w,
                         "timeout",
@@ -420,6 +439,16 @@ class WorkerPool:
                     self._hedge(w)
             if self._queue:
                 self._dispatch()
+
+    def _until_next_deadline(self) -> float:
+        """Seconds to sleep: until the earliest moment a running check runs out of time, and at
+        most WATCH_TICK_SECONDS (hedging and start-up checks need no more precision than that)."""
+        now = time.monotonic()
+        soonest = now + WATCH_TICK_SECONDS
+        for w in self._workers:
+            if w.assigned and not w.dead:
+                soonest = min(soonest, w.head_started + w.assigned[0].budget)
+        return max(0.0, soonest - now)
 
     def _hedge(self, w: _Worker) -> None:
         """``w`` is stuck on a slow check with samples waiting in its pipe: queue copies of them

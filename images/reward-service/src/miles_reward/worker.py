@@ -15,7 +15,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from miles_reward.config import Backend
+from miles_reward.config import AnswerMode, Backend
 from miles_reward.outcome import Failed, Outcome, Sample
 
 Scorer = Callable[[Sample], Outcome]
@@ -26,13 +26,12 @@ Scorer = Callable[[Sample], Outcome]
 WORKER_NICE = 5
 
 
-def load_scorer(backend: Backend, model_path: Path | None) -> Scorer:
+def load_scorer(backend: Backend, model_path: Path | None, math_answer: AnswerMode) -> Scorer:
     """Imports and warms the backend; the returned function scores one sample in this process."""
     if backend == "math_verify":
         from miles_reward import math_backend
 
-        math_backend.warm_up()
-        return math_backend.score
+        return math_backend.make_scorer(math_answer)
     from miles_reward import model_backend
 
     if model_path is None:
@@ -50,7 +49,11 @@ def score_safely(scorer: Scorer, sample: Sample) -> Outcome:
 
 
 def worker_main(
-    work: Connection, results: Connection, backend: Backend, model_path: Path | None
+    work: Connection,
+    results: Connection,
+    backend: Backend,
+    model_path: Path | None,
+    math_answer: AnswerMode,
 ) -> None:
     # The parent coordinates shutdown; a terminal's Ctrl-C must not kill workers mid-sample.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -58,7 +61,7 @@ def worker_main(
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICE)
     try:
-        scorer = load_scorer(backend, model_path)
+        scorer = load_scorer(backend, model_path, math_answer)
     except BaseException as exc:
         results.send(("load_failed", f"{type(exc).__name__}: {exc}"[:2000]))
         results.close()
