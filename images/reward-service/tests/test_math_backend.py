@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
 from miles_reward import math_backend
 from miles_reward.config import ANSWER_MODES
@@ -73,3 +77,27 @@ def test_unusable_label_is_a_failure_not_a_zero(label: str | None) -> None:
 def test_label_already_in_latex_delimiters() -> None:
     assert score(Sample("p", "so $\\boxed{7}$", "$7$")) == Scored(1.0)
     assert score(Sample("p", "so $\\boxed{7}$", "\\boxed{7}")) == Scored(1.0)
+
+
+CORPUS = Path(__file__).resolve().parents[3] / "tests" / "bench" / "reward" / "corpus.jsonl"
+
+
+def test_the_anchor_precheck_skips_only_what_math_verify_would_not_extract() -> None:
+    """declares_an_answer() lets anchored checks skip math-verify: prove, against the library,
+    that math-verify's anchored extraction finds nothing in every response it skips."""
+    responses = [json.loads(line)["response"] for line in CORPUS.read_text().splitlines()]
+    responses += [
+        "The result: $\\frac{1}{2}$. Therefore $x = 3$.",
+        "Final: 42",
+        "\\[ x = 3 \\] so the value is $\\fbox{3}$",
+        "Result is 41. So it is 41.",
+        "Hence ${41}$ is the ANS.",
+    ]
+    skipped = [r for r in responses if not math_backend.declares_an_answer(r)]
+    assert len(skipped) >= 50, "the corpus should hold truncated responses without an answer"
+    extraction = [
+        LatexExtractionConfig(try_extract_without_anchor=False),
+        ExprExtractionConfig(try_extract_without_anchor=False),
+    ]
+    for response in skipped:
+        assert parse(response, extraction_config=extraction, parsing_timeout=None) == [], response

@@ -59,6 +59,13 @@ def _extraction(mode: AnswerMode) -> list[LatexExtractionConfig | ExprExtraction
     ]
 
 
+def declares_an_answer(response: str) -> bool:
+    """False when no anchored extraction pattern can match: every one of them needs "\\boxed"
+    or the word "answer" (math-verify 0.9; the tests check this against the library itself).
+    Lets an anchored check of a truncated response skip the regex scan of the whole text."""
+    return "\\boxed" in response or "answer" in response.lower()
+
+
 def make_scorer(mode: AnswerMode) -> Callable[[Sample], Outcome]:
     """The scoring function for ``mode``, with its first-call costs (regex compilation, grammar
     load) already paid."""
@@ -73,6 +80,8 @@ def make_scorer(mode: AnswerMode) -> Callable[[Sample], Outcome]:
         gold = parse_label(label.strip())
         if not gold:
             return Failed("unusable_label", f"label {label[:80]!r} does not parse as a math answer")
+        if mode == "anchored" and not declares_an_answer(sample.response):
+            return Scored(0.0)
         predicted = parse(sample.response, extraction_config=extraction, parsing_timeout=None)
         if not predicted:
             return Scored(0.0)
