@@ -16,6 +16,9 @@ kwok-stages.yaml) and this runner takes over, doing what a kubelet would do with
   ``<work>/…/etc-miles/run.json``); image paths from ``--path-map`` likewise; a RayCluster head
   Service address (``<cluster>-head-svc.<ns>.svc:<port>``) is mapped to the local Ray head standing in for
   the simulated Ray pods (``--ray-*``), in the command/env and in materialised ConfigMap files;
+* runs a container of another image than the hooks image (the convert pod's miles-image container) in a
+  private mount namespace with ``--fake-miles`` bind-mounted at ``/root/miles``, the miles checkout that image
+  carries, so paths under ``/root/miles`` in the run spec resolve unchanged (as for the Ray processes);
 * gives the process a kubeconfig holding the pod's own service-account token (``KUBECONFIG``), so the hook
   has exactly the pod's RBAC;
 * writes the pod status back (Running, then each container terminated with its exit code; phase
@@ -92,6 +95,9 @@ class Settings:
     grace_seconds: float = 5.0
     ray_workers: RayWorkers | None = None
     storage_map: list[tuple[str, str]] = field(default_factory=list)
+    # dir bind-mounted at /root/miles for containers of another image than the hooks image ("" = none)
+    fake_miles: str = ""
+    fake_miles_wrapper: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -1113,17 +1119,29 @@ class Runner:
             raise PodError(
                 "CreateContainerError", f"container {c.name}: no command and no default entrypoint"
             )
+        # The miles image carries the miles checkout at /root/miles: its containers see the stand-in there.
+        wrapper: list[str] = []
+        if self.s.fake_miles and not self.s.image_regex.search(c.image or ""):
+            wrapper = self.s.fake_miles_wrapper
+            base["MILES_TESTBED_FAKE_MILES"] = self.s.fake_miles
         cwd = self.map_paths(c.working_dir, pairs) if c.working_dir else str(home)
         Path(cwd).mkdir(parents=True, exist_ok=True)
         log_path = pod_dir / f"{c.name}.log"
         cri_path = pod_dir / f"{c.name}.cri.log"
         self.register_logs(pod, pod_dir)
-        LOG.info("%s/%s[%s]: %s", ns, name, c.name, " ".join(argv))
+        LOG.info(
+            "%s/%s[%s]: %s%s",
+            ns,
+            name,
+            c.name,
+            " ".join(argv),
+            f" (with {self.s.fake_miles} at /root/miles)" if wrapper else "",
+        )
         started = time.time()
         with open(log_path, "ab", buffering=0) as logf, open(cri_path, "ab", buffering=0) as crif:
             try:
                 p = subprocess.Popen(
-                    argv,
+                    [*wrapper, *argv],
                     env=base,
                     cwd=cwd,
                     stdout=subprocess.PIPE,
@@ -1164,6 +1182,7 @@ class Runner:
                 "exitCode": code,
                 "labels": pod.metadata.labels or {},
                 "log": str(log_path),
+                "rootMiles": self.s.fake_miles if wrapper else None,
             }
         )
         return code, tail
@@ -1266,7 +1285,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--fake-miles",
         default="",
-        help="dir bind-mounted at /root/miles for the Ray workers (mount namespace)",
+        help="dir bind-mounted at /root/miles (mount namespace) for the Ray workers and for hook-pod "
+        "containers of another image than the hooks image (the convert pod's miles image)",
     )
     ap.add_argument(
         "--storage-map",
@@ -1322,23 +1342,25 @@ def main(argv: list[str]) -> int:
         default_entrypoint=args.default_entrypoint.split(),
         storage_map=storage_map,
     )
+    wrapper: list[str] = []
+    if args.fake_miles:
+        s.fake_miles = str(Path(args.fake_miles).resolve())
+        wrapper = [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "bash",
+            "-c",
+            'mount --bind "$0" /root/miles && exec "$@"',
+            s.fake_miles,
+        ]
+        s.fake_miles_wrapper = wrapper
     if args.ray_temp_dir:
         if args.max_ray_workers < 0 or args.ray_worker_cpus < 1:
             print("pod_runner: --max-ray-workers must be >= 0 and --ray-worker-cpus >= 1", file=sys.stderr)
             return 2
-        wrapper: list[str] = []
-        if args.fake_miles:
-            wrapper = [
-                "unshare",
-                "-m",
-                "--propagation",
-                "private",
-                "--",
-                "bash",
-                "-c",
-                'mount --bind "$0" /root/miles && exec "$@"',
-                args.fake_miles,
-            ]
         s.ray_workers = RayWorkers(
             gcs=args.ray_gcs,
             temp_dir=args.ray_temp_dir,

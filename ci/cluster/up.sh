@@ -39,7 +39,8 @@ pki="$CLUSTER_DIR/pki"
 # --- Ray head first: it is the slowest to start and needs nothing else. ----------------------------------
 # The submitted job runs `cd /root/miles; python3 train.py ...`. Where mount namespaces are allowed (root),
 # the Ray head runs in its own mount namespace with ci/cluster/fake-miles bind-mounted at /root/miles (an empty
-# mount point is created on the host if missing, and removed by cluster-down), so the job really runs.
+# mount point is created on the host if missing, and removed by cluster-down), so the job really runs. The pod
+# runner does the same for the convert pod's miles-image container, so the convert hook's converter resolves.
 ray_cmd=("$root/.venv/bin/ray" start --head --block --disable-usage-stats
   --node-ip-address=127.0.0.1 --port="$RAY_GCS_PORT"
   --dashboard-host=127.0.0.1 --dashboard-port="$RAY_DASHBOARD_PORT" --include-dashboard=true
