@@ -72,8 +72,9 @@ def seed(fsx: Path, revision: str = "main") -> Path:
 def publish_converted(raw: dict[str, Any], mirror: Path) -> None:
     """Make the run's inputs ready on the shared storage, as a previous install would have left them:
     prepare-data (the real library code, from the local mirror) and a published torch_dist checkpoint
-    (a placeholder with the converter's layout and the real completion marker — the testbed has no torch to
-    convert with, so the convert hook takes its "already converted" fast path)."""
+    (a placeholder with the converter's layout and the real completion marker, so the convert hook takes its
+    "already converted" fast path and installs stay quick; test_real_convert.py seeds nothing of this and
+    has the convert hook run a real conversion with the test converter)."""
     from miles_hooks import convert, fsutil, prepare_data, spec
 
     rs = spec.parse(json.dumps(raw), "testbed seed")

@@ -110,6 +110,17 @@ def down() -> None:
     run([str(REPO / "ci" / "cluster" / "down.sh")], timeout=120)
 
 
+def runner_fake_miles() -> str:
+    """The dir the running pod runner bind-mounts at /root/miles (``--fake-miles``); "" when it runs without
+    one (no mount namespaces, FAKE_MILES=0): then the miles-image containers see no /root/miles."""
+    try:
+        pid = (CLUSTER_DIR / "run" / "pod-runner.pid").read_text().split()[0]
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except (OSError, IndexError):
+        return ""
+    return argv[argv.index("--fake-miles") + 1] if "--fake-miles" in argv[:-1] else ""
+
+
 def journal(namespace: str | None = None, since: float = 0.0) -> list[dict[str, Any]]:
     if not JOURNAL.exists():
         return []

@@ -1,0 +1,151 @@
+"""A real torch_dist conversion inside the testbed (Helm 4): nothing is seeded but the local Hugging Face
+mirror, so `helm install --wait` runs the real prepare-data (mirror -> model dir) and the real convert
+hook, which finds no checkpoint, takes the lock and runs `convert.command` (`python3
+/root/miles/tools/convert_hf_to_torch_dist.py` plus the profile's model args) in the convert pod's
+miles-image container. The pod runner bind-mounts ci/cluster/fake-miles at /root/miles there; its converter
+is a stand-in running tests/fixtures/dcp_converter.py, which writes a real (tiny)
+torch.distributed.checkpoint that the hook validates with torch and publishes atomically with its marker.
+`helm upgrade` unchanged then takes the already-converted path (convert-check, hooks image) without running
+the converter again; one Ray job throughout."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testbed as tb
+import yaml
+from test_lifecycle import check_single_job, leftovers, spec_fullname
+
+pytestmark = [pytest.mark.cluster, pytest.mark.torch]
+
+COLOCATED = [tb.OVERLAY, tb.VALUES / "values-colocated.yaml"]
+FAKE_MILES = tb.REPO / "ci" / "cluster" / "fake-miles"
+
+
+def hook_entry(entries: list[dict[str, Any]], container: str) -> dict[str, Any]:
+    found = [e for e in entries if e["container"] == container]
+    assert len(found) == 1, f"expected one {container!r} container run, found {len(found)}"
+    return found[0]
+
+
+def in_order(text: str, *needles: str) -> None:
+    """Every needle occurs in text, in this order."""
+    pos = 0
+    for n in needles:
+        i = text.find(n, pos)
+        assert i >= 0, f"{n!r} not found (after offset {pos}) in the log:\n{text[-4000:]}"
+        pos = i + len(n)
+
+
+def test_install_runs_a_real_conversion_once(namespace: str, tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="the test converter and the hook's validation need torch")
+    if Path(tb.runner_fake_miles() or "/nonexistent").resolve() != FAKE_MILES.resolve():
+        pytest.skip("the pod runner has no ci/cluster/fake-miles at /root/miles (needs mount namespaces)")
+    rel, ns = "miles-conv", namespace
+    # A model dir of this test only: no converted checkpoint of another test can be found there.
+    models = tb.FSX_DIR / "models" / f"e2e-convert-{ns}"
+    hf, target = models / "Qwen3-4B", models / "Qwen3-4B_torch_dist"
+    runs = models / "converter-runs.txt"  # dcp_converter.py appends one line per conversion it starts
+    models.mkdir(parents=True)
+    overlay_env = yaml.safe_load(tb.OVERLAY.read_text())["hooks"]["extraEnv"]
+    extra = tmp_path / "convert-values.yaml"
+    extra.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"hfPath": f"models/e2e-convert-{ns}/Qwen3-4B"},
+                "hooks": {
+                    "extraEnv": [
+                        *overlay_env,
+                        {"name": "DCP_CONVERTER_COUNT", "value": f"/fsx/models/e2e-convert-{ns}/{runs.name}"},
+                    ]
+                },
+            }
+        )
+    )
+    values = [*COLOCATED, extra]
+    try:
+        _install_convert_upgrade(rel, ns, values, hf=hf, target=target, runs=runs)
+    finally:
+        shutil.rmtree(models, ignore_errors=True)
+
+
+def _install_convert_upgrade(
+    rel: str, ns: str, values: list[Path], *, hf: Path, target: Path, runs: Path
+) -> None:
+    from miles_hooks import convert
+
+    # install: the whole hook sequence, the convert hook running the converter for real
+    started = time.time()
+    t0 = time.monotonic()
+    tb.deploy("helm4", "install", rel, ns, values)
+    install_s = time.monotonic() - t0
+    entries = tb.journal(ns, since=started)
+    assert tb.hook_steps(entries) == tb.HOOK_ORDER
+    assert all(e["exitCode"] == 0 for e in entries), [(e["pod"], e["exitCode"]) for e in entries]
+    conv = hook_entry(entries, "convert")
+    assert "miles-hooks" not in conv["image"], conv["image"]  # the miles image, with the hooks copied in
+    assert Path(conv["rootMiles"]).resolve() == FAKE_MILES.resolve(), conv
+    log = Path(conv["log"]).read_text()
+    in_order(
+        log,
+        "conversion needed",
+        "no converted checkpoint yet",
+        "running the converter",
+        "/root/miles/tools/convert_hf_to_torch_dist.py",
+        "testbed convert_hf_to_torch_dist.py (stand-in",
+        f"converting {hf} -> {target.parent}/.{target.name}.tmp-",
+        "(6 tensors)",
+        "done",
+        "converter finished",
+        "published the torch_dist checkpoint",
+    )
+    lines = runs.read_text().splitlines()
+    assert len(lines) == 1, lines
+    assert "--num-layers 2 --hidden-size 64" in lines[0], lines  # the profile's model args, expanded
+
+    # the published checkpoint: the layout of the upstream tool, a real DCP, the hook's completion marker
+    spec = tb.run_spec(ns, spec_fullname(ns, rel))
+    assert Path(spec["model"]["hfPath"]) == hf and Path(spec["model"]["torchDistPath"]) == target
+    assert (target / convert.ITERATION_FILE).read_text().strip() == convert.RELEASE
+    marker = json.loads((target / convert.MARKER).read_text())
+    assert marker["kind"] == convert.MARKER_KIND and marker["version"] == 1
+    assert marker["source"] == convert.source_identity(spec)
+    assert marker["source"]["resolvedRevision"], marker["source"]  # prepare-data's marker, read by convert
+    assert marker["tensors"] == 6
+    names = {f["name"] for f in marker["files"]}
+    assert {"latest_checkpointed_iteration.txt", "release/.metadata", "release/__0_0.distcp"} <= names
+    assert convert.published_mismatch(target, convert.source_identity(spec)) is None
+    config = json.loads((hf / "config.json").read_text())
+    assert convert.validate(target, config)["tensors"] == 6  # torch reads it back
+    assert not list(target.parent.glob(f".{target.name}.*")), list(target.parent.glob(f".{target.name}.*"))
+    job = check_single_job(rel, ns, spec)
+    assert f"--ref-load {target}" in job["entrypoint"]
+    assert len(tb.release_jobs(rel, ns)) == 1
+
+    # upgrade, nothing changed: convert-check finds the published result valid; no second conversion
+    marker_bytes = (target / convert.MARKER).read_bytes()
+    inode = target.stat().st_ino
+    started = time.time()
+    tb.deploy("helm4", "upgrade", rel, ns, values)
+    entries = tb.journal(ns, since=started)
+    assert tb.hook_steps(entries) == tb.HOOK_ORDER
+    assert all(e["exitCode"] == 0 for e in entries)
+    check = hook_entry(entries, "convert-check")
+    assert check["rootMiles"] is None  # the hooks image, on CPU
+    check_log = Path(check["log"]).read_text()
+    assert "valid torch_dist checkpoint already published; skipping" in check_log, check_log[-3000:]
+    assert "running the converter" not in check_log
+    assert len(runs.read_text().splitlines()) == 1
+    assert (target / convert.MARKER).read_bytes() == marker_bytes and target.stat().st_ino == inode
+    assert [j["submission_id"] for j in tb.release_jobs(rel, ns)] == [job["submission_id"]]
+
+    tb.uninstall_cleanly("helm4", rel, ns, leftovers)
+    print(
+        f"real convert: install {install_s:.1f}s, convert container {conv['end'] - conv['start']:.1f}s, "
+        f"convert-check on upgrade {check['end'] - check['start']:.1f}s"
+    )
