@@ -40,9 +40,12 @@ log = logging.getLogger("miles_reward.pool")
 
 # Samples go to workers one at a time: sending 16 at once stalled 7 requests for a whole 2 s timeout
 # behind one hanging check (measured).
-# Label affinity: look this far into the queue for a sample whose label the idle worker has seen.
+# Label affinity: a sample goes preferably to the worker that last took a sample of the same label
+# (a GRPO group's n responses share a label and mostly the same answer, and math-verify's parse
+# caches hold only the last 20 answers: measured 1.34 ms CPU per check in corpus order against
+# 1.86 ms shuffled). Look this far into the queue for such a sample.
 AFFINITY_WINDOW = 32
-AFFINITY_LABELS = 4096  # labels remembered per worker (the backend caches as many)
+AFFINITY_LABELS = 4096  # labels remembered, with the worker that last took each
 AFFINITY_MAX_WAIT_SECONDS = 0.05  # the head of the queue is never passed over for longer
 # While work is queued, each worker also holds the next sample in its pipe, so it never idles
 # waiting for the event loop (which matters when the CPUs are contended). If the current check
@@ -79,7 +82,6 @@ class _Worker:
     spawned_at: float = field(default_factory=time.monotonic)
     head_started: float = 0.0
     assigned: deque[_Job] = field(default_factory=deque)
-    labels: OrderedDict[str, None] = field(default_factory=OrderedDict)
     sending: bool = False  # a large payload is being written from a thread: send nothing else
 
 
@@ -122,6 +124,7 @@ class WorkerPool:
         self._watchdog: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._spawning = 0
+        self._label_owner: OrderedDict[str, int] = OrderedDict()  # label -> worker id
 
     # ----------------------------------------------------------------- state
     @property
@@ -236,11 +239,12 @@ class WorkerPool:
             return
         ready = [w for w in self._workers if w.ready and not w.dead]
         now = time.monotonic()
-        for w in ready:  # idle workers first
-            if not self._queue:
-                return
-            if not w.assigned and not w.sending:
-                self._give(w, now)
+        idle = [w for w in ready if not w.assigned and not w.sending]
+        while idle and self._queue:  # idle workers first; the head's label owner before others
+            owner = self._label_owner.get(self._queue[0].sample.label or "")
+            w = next((w for w in idle if w.wid == owner), idle[0])
+            idle.remove(w)
+            self._give(w, now)
         for w in ready:  # then, with work still waiting, keep the next sample in each pipe
             if not self._queue:
                 return
@@ -256,10 +260,10 @@ class WorkerPool:
             w.head_started = now
         label = job.sample.label
         if label is not None:
-            w.labels[label] = None
-            w.labels.move_to_end(label)
-            if len(w.labels) > AFFINITY_LABELS:
-                w.labels.popitem(last=False)
+            self._label_owner[label] = w.wid
+            self._label_owner.move_to_end(label)
+            if len(self._label_owner) > AFFINITY_LABELS:
+                self._label_owner.popitem(last=False)
         payload = _dumps([job.sample])
         if len(payload) <= INLINE_SEND_BYTES:
             self._send(w, payload)
@@ -270,17 +274,17 @@ class WorkerPool:
             self._loop.create_task(self._send_in_thread(w, payload))
 
     def _take_for(self, w: _Worker) -> _Job | None:
-        """The oldest of the first AFFINITY_WINDOW queued samples whose label ``w`` has already
-        parsed (and cached), else the head of the queue. A GRPO group's n samples share a label;
-        keeping them on one worker parses the label once instead of once per worker."""
+        """The oldest of the first AFFINITY_WINDOW queued samples whose label ``w`` took last,
+        else the head of the queue."""
         while self._queue and self._queue[0].future.done():
             self._queue.popleft()  # answered through a hedged copy
         if not self._queue:
             return None
         head = self._queue[0]
-        if w.labels and time.monotonic() - head.queued_at < AFFINITY_MAX_WAIT_SECONDS:
+        if time.monotonic() - head.queued_at < AFFINITY_MAX_WAIT_SECONDS:
+            owners = self._label_owner
             for i, job in enumerate(itertools.islice(self._queue, AFFINITY_WINDOW)):
-                if job.sample.label in w.labels and not job.future.done():
+                if owners.get(job.sample.label or "") == w.wid and not job.future.done():
                     if i == 0:
                         return self._queue.popleft()
                     del self._queue[i]
