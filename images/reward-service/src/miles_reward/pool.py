@@ -46,7 +46,7 @@ log = logging.getLogger("miles_reward.pool")
 # 1.86 ms shuffled). Look this far into the queue for such a sample.
 AFFINITY_WINDOW = 32
 AFFINITY_LABELS = 4096  # labels remembered, with the worker that last took each
-AFFINITY_MAX_WAIT_SECONDS = 0.05  # the head of the queue is never passed over for longer
+AFFINITY_MAX_WAIT_SECONDS = 0.01  # the head of the queue is never passed over for longer
 # While work is queued, each worker also holds the next sample in its pipe, so it never idles
 # waiting for the event loop (which matters when the CPUs are contended). If the current check
 # runs longer than HEDGE_AFTER_SECONDS, the waiting sample is queued again for another worker.
