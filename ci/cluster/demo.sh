@@ -19,7 +19,8 @@ kubectl -n "$ns" create secret generic hf-token --from-literal=token=hf_testbed_
   --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 python3 "$root/tests/e2e/seed.py" >/dev/null
 values=(-f "$root/values/values-local-testbed.yaml" -f "$root/values/values-colocated.yaml")
-# The testbed has no torch to convert with: publish the converted checkpoint a previous run would have left.
+# Publish the converted checkpoint a previous run would have left, so the demo takes about a minute
+# (tests/e2e/test_real_convert.py runs a real conversion through the convert hook).
 "$root/.venv/bin/python" "$root/tests/e2e/seed.py" --publish-converted --release "$release" --namespace "$ns" \
   -- "${values[@]}"
 
@@ -62,7 +63,12 @@ for j in json.load(sys.stdin):
         print("  %s  %s  release=%s" % (j["submission_id"], j["status"], md.get("miles.release")))
         print("  entrypoint: " + j["entrypoint"][:160] + " ...")
 ' "$ns" || true
-echo; echo "=== helm test ==="; helm test "$release" -n "$ns" --logs || true
+echo; echo "=== helm test ==="
+status=0
+if ! helm test "$release" -n "$ns" --logs; then
+  log "helm test failed: the test pods' logs above name the cause"
+  status=1
+fi
 cat <<MSG
 
 Look around:
@@ -75,3 +81,4 @@ Look around:
 Tear down:
   helm uninstall $release -n $ns; make cluster-down
 MSG
+exit $status

@@ -87,3 +87,32 @@ def test_provenance_record_has_no_secret_values(tmp_path: Path) -> None:
     assert rec["model"]["resolvedRevision"] == "abc123"
     assert rec["secretsByReference"] == [{"name": "hf-token", "key": "token", "env": "HF_TOKEN"}]
     assert rec["submittedAt"] == "1970-01-01T00:00:00Z" and rec["spec"] == raw
+
+
+def provenance(sid: str, when: str, created: bool = True) -> dict[str, object]:
+    return {"submissionId": sid, "submittedAt": when, "createdBySubmit": created}
+
+
+def test_the_same_job_found_again_keeps_its_first_submission_time() -> None:
+    existing = {**provenance("a", "T1"), "previousSubmissions": [{"submissionId": "z", "submittedAt": "T0"}]}
+    rec = submit.merge_previous(provenance("a", "T2", created=False), existing, created=False)
+    assert rec["submittedAt"] == "T1" and rec["createdBySubmit"] is True
+    assert rec["previousSubmissions"] == [{"submissionId": "z", "submittedAt": "T0"}]
+
+
+def test_a_job_submitted_again_under_the_same_id_is_dated_now() -> None:
+    """The same spec, its earlier job gone from Ray (a new Ray head): the new job's time is recorded,
+    or the run report would date it by the earlier job and call a fresh run stalled."""
+    rec = submit.merge_previous(provenance("a", "T2"), provenance("a", "T1"), created=True)
+    assert rec["submittedAt"] == "T2" and rec["createdBySubmit"] is True
+    assert rec["previousSubmissions"] == [{"submissionId": "a", "submittedAt": "T1"}]
+
+
+def test_a_changed_spec_keeps_the_earlier_submissions_bounded() -> None:
+    history = [{"submissionId": f"s{i}", "submittedAt": f"T{i}"} for i in range(25)]
+    existing = {**provenance("old", "T25"), "previousSubmissions": history}
+    rec = submit.merge_previous(provenance("new", "T26"), existing, created=True)
+    assert rec["submittedAt"] == "T26"
+    assert len(rec["previousSubmissions"]) == 20
+    assert rec["previousSubmissions"][-1] == {"submissionId": "old", "submittedAt": "T25"}
+    assert submit.merge_previous(provenance("x", "T"), None, created=True) == provenance("x", "T")

@@ -157,22 +157,34 @@ def _cluster_version(cl: Any) -> str | None:
     return str(version) if version else None
 
 
+def merge_previous(record: dict[str, Any], existing: Any, created: bool) -> dict[str, Any]:
+    """``record`` completed from the provenance file's previous content ``existing``.
+
+    The same job found again (``created`` false) keeps its first submission time. A job submitted
+    now, under the id of an earlier record (the same spec after its job vanished with a new Ray head,
+    say), gets the new time and the earlier submission joins ``previousSubmissions``: otherwise the
+    run report would date the new job by the old one and call it stalled."""
+    if not isinstance(existing, dict):
+        return record
+    previous = list(existing.get("previousSubmissions") or [])
+    same_job = existing.get("submissionId") == record["submissionId"] and not created
+    if same_job:
+        record["submittedAt"] = existing.get("submittedAt", record["submittedAt"])
+        record["createdBySubmit"] = existing.get("createdBySubmit", created)
+    elif existing.get("submissionId") is not None:
+        previous.append(
+            {"submissionId": existing.get("submissionId"), "submittedAt": existing.get("submittedAt")}
+        )
+    record["previousSubmissions"] = previous[-20:]
+    return record
+
+
 def write_provenance(
     spec: RunSpec, sid: str, entrypoint: str, submitted_at: float, cl: Any, created: bool
 ) -> str:
     path = str(spec.raw["output"]["provenanceFile"])
-    existing = fsutil.read_json(path)
     record = provenance_record(spec, sid, entrypoint, submitted_at, _cluster_version(cl), created)
-    if isinstance(existing, dict) and existing.get("submissionId") not in (None, sid):
-        previous = list(existing.get("previousSubmissions") or [])
-        previous.append(
-            {"submissionId": existing.get("submissionId"), "submittedAt": existing.get("submittedAt")}
-        )
-        record["previousSubmissions"] = previous[-20:]
-    elif isinstance(existing, dict) and existing.get("submissionId") == sid:
-        record["previousSubmissions"] = existing.get("previousSubmissions") or []
-        record["submittedAt"] = existing.get("submittedAt", record["submittedAt"])
-        record["createdBySubmit"] = existing.get("createdBySubmit", created)
+    merge_previous(record, fsutil.read_json(path), created)
     try:
         fsutil.atomic_write_json(path, record)
     except OSError as exc:
