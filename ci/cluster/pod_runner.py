@@ -97,7 +97,6 @@ class Settings:
     storage_map: list[tuple[str, str]] = field(default_factory=list)
     # dir bind-mounted at /root/miles for containers of another image than the hooks image ("" = none)
     fake_miles: str = ""
-    fake_miles_wrapper: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -1122,7 +1121,7 @@ class Runner:
         # The miles image carries the miles checkout at /root/miles: its containers see the stand-in there.
         wrapper: list[str] = []
         if self.s.fake_miles and not self.s.image_regex.search(c.image or ""):
-            wrapper = self.s.fake_miles_wrapper
+            wrapper = bind_at_root_miles(self.s.fake_miles)
             base["MILES_TESTBED_FAKE_MILES"] = self.s.fake_miles
         cwd = self.map_paths(c.working_dir, pairs) if c.working_dir else str(home)
         Path(cwd).mkdir(parents=True, exist_ok=True)
@@ -1245,6 +1244,15 @@ def cri_line(line: bytes) -> bytes:
     return ts + b" stdout P " + line + b"\n"
 
 
+def bind_at_root_miles(directory: str) -> list[str]:
+    """A command prefix running the command in a private mount namespace with ``directory`` at /root/miles
+    (nothing when ``directory`` is "")."""
+    if not directory:
+        return []
+    script = 'mount --bind "$0" /root/miles && exec "$@"'
+    return ["unshare", "-m", "--propagation", "private", "--", "bash", "-c", script, directory]
+
+
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parents[2]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1342,21 +1350,8 @@ def main(argv: list[str]) -> int:
         default_entrypoint=args.default_entrypoint.split(),
         storage_map=storage_map,
     )
-    wrapper: list[str] = []
     if args.fake_miles:
         s.fake_miles = str(Path(args.fake_miles).resolve())
-        wrapper = [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "--",
-            "bash",
-            "-c",
-            'mount --bind "$0" /root/miles && exec "$@"',
-            s.fake_miles,
-        ]
-        s.fake_miles_wrapper = wrapper
     if args.ray_temp_dir:
         if args.max_ray_workers < 0 or args.ray_worker_cpus < 1:
             print("pod_runner: --max-ray-workers must be >= 0 and --ray-worker-cpus >= 1", file=sys.stderr)
@@ -1364,7 +1359,7 @@ def main(argv: list[str]) -> int:
         s.ray_workers = RayWorkers(
             gcs=args.ray_gcs,
             temp_dir=args.ray_temp_dir,
-            wrapper=wrapper,
+            wrapper=bind_at_root_miles(s.fake_miles),
             work_dir=s.work_dir,
             venv_bin=args.venv_bin,
             cpus=args.ray_worker_cpus,

@@ -178,7 +178,6 @@ class RewardApp:
 
     async def _score(self, batch: bool, receive: Receive, send: Send) -> None:
         endpoint = "batch" if batch else "score"
-        t0 = time.perf_counter()
         received_at = time.monotonic()
         self.metrics.inflight_requests.inc()
         try:
@@ -187,7 +186,7 @@ class RewardApp:
             self.metrics.inflight_requests.dec()
         extra = [RETRY_AFTER] if status == 503 else []
         await _respond(send, status, body, extra)
-        self.metrics.request_done(endpoint, outcome, time.perf_counter() - t0)
+        self.metrics.request_done(endpoint, outcome, time.monotonic() - received_at)
         if status >= 500 and outcome != "overloaded":
             log.warning("%s answered %d: %s", endpoint, status, body[:300].decode(errors="replace"))
 

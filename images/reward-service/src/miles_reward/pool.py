@@ -430,7 +430,7 @@ class WorkerPool:
             for w in list(self._workers):
                 if w.dead:
                     continue
-                if w.assigned and now - w.head_started >= w.assigned[0].budget:
+                if w.assigned and now >= _check_deadline(w):
                     self._worker_lost(
                         w,
                         "timeout",
@@ -451,7 +451,7 @@ class WorkerPool:
         soonest = now + WATCH_TICK_SECONDS
         for w in self._workers:
             if w.assigned and not w.dead:
-                soonest = min(soonest, w.head_started + w.assigned[0].budget)
+                soonest = min(soonest, _check_deadline(w))
         return max(0.0, soonest - now)
 
     def _hedge(self, w: _Worker) -> None:
@@ -461,6 +461,11 @@ class WorkerPool:
             if not job.hedged and not job.future.done():
                 job.hedged = True
                 self._queue.appendleft(job)
+
+
+def _check_deadline(w: _Worker) -> float:
+    """When the check ``w`` is running (the head of ``w.assigned``) runs out of time."""
+    return w.head_started + w.assigned[0].budget
 
 
 def _dumps(obj: object) -> bytes:
