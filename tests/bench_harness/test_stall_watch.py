@@ -63,10 +63,9 @@ def test_cpu_split_charges_a_child_to_the_workers() -> None:
         "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
         "print('burnt', flush=True)\ntime.sleep(60)"
     )
-    split = machine.CpuSplit(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True)
     try:
-        split.start()  # the child is already running, so it is among the descendants
+        split = machine.CpuSplit(os.getpid())  # the child is already running: one of the descendants
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "burnt"
         shares = split.per_request_ms(requests=1)

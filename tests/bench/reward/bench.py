@@ -458,20 +458,19 @@ def stall_summary(attack: Attack, stalls: list[float]) -> dict[str, Any]:
 
 def closed_loop_peak(
     veg: Vegeta, svc: Service, name: str, targets: Path, *, concurrencies: Sequence[int], seconds: float
-) -> tuple[float, Attack, dict[str, Any]]:
-    """The best 200s/s over the concurrencies, its attack, and a summary of each."""
+) -> tuple[int, Attack, dict[str, Any]]:
+    """The concurrency that gave the most 200s/s, its attack, and a summary of each."""
     runs: dict[int, Attack] = {}
     summaries: dict[str, Any] = {}
     for c in concurrencies:
         split = CpuSplit(svc.proc.pid)
-        split.start()
         runs[c] = veg.attack(f"{name}-peak-c{c}", targets, rate=0, duration=seconds, max_workers=c)
         summaries[str(c)] = {
             **summarize(runs[c]),
             "cpu_per_request": split.per_request_ms(len(runs[c].results)),
         }
-    best = max(runs.values(), key=lambda a: a.ok_per_s())
-    return best.ok_per_s(), best, summaries
+    best = max(runs, key=lambda c: runs[c].ok_per_s())
+    return best, runs[best], summaries
 
 
 def watched_open_loop(
@@ -480,7 +479,6 @@ def watched_open_loop(
     """An open-loop run at ``rate`` with the CPU stall watch on."""
     watch = StallWatch()
     split = CpuSplit(svc.proc.pid)
-    split.start()
     watch.start()
     attack = veg.attack(name, targets, rate=rate, duration=seconds, max_workers=512)
     stalls = watch.stop()
@@ -618,11 +616,13 @@ def main() -> int:
         single_t = veg.targets("single", singles)
         print("[3/7] /score peak (closed loop) and 80% of peak (open loop)", flush=True)
         concurrencies = (2 * args.workers, 4 * args.workers)
-        peak, best, per_conc = closed_loop_peak(
+        best_conc, best, per_conc = closed_loop_peak(
             veg, svc, "score", single_t, concurrencies=concurrencies, seconds=secs
         )
+        peak = best.ok_per_s()
         report["single_peak"] = {
             "per_concurrency": per_conc,
+            "best_concurrency": best_conc,
             "peak_per_s": round(peak, 1),
             "ratio_to_loop": round(peak / loop_rate, 3),
             "checks": check_singles(best, expected),
@@ -650,9 +650,10 @@ def main() -> int:
 
         print("[4/7] control: GET /health (no check) at 80% of its own peak", flush=True)
         health_t = veg.targets("health", [(svc.url("/health"), None)])
-        h_peak, _, h_per_conc = closed_loop_peak(
+        _, h_best, h_per_conc = closed_loop_peak(
             veg, svc, "health", health_t, concurrencies=concurrencies, seconds=secs / 2
         )
+        h_peak = h_best.ok_per_s()
         _, h_at80 = watched_open_loop(veg, svc, "health-at80", health_t, rate=0.8 * h_peak, seconds=secs)
         report["control_health"] = {
             "peak_per_s": round(h_peak, 1),
@@ -812,7 +813,7 @@ def markdown(r: dict[str, Any]) -> str:
         r["control_health"],
     )
     st, hst = a["stalls"], h["at_80pct"]["stalls"]
-    closed = max(s["per_concurrency"].values(), key=lambda x: x["ok_per_s"])["cpu_per_request"]
+    closed = s["per_concurrency"][str(s["best_concurrency"])]["cpu_per_request"]
     opened = a["cpu_per_request"]
     lines = [
         f"# Reward service load test — {r['started_utc']}",

@@ -30,12 +30,20 @@ PIECE_ITERATIONS = 300  # about 25 µs of arithmetic on this machine
 WINDOW_GAP_SECONDS = 0.02  # stalled pieces closer than this belong to one stall window
 
 
-def _piece_cpu_ms() -> float:
+def _timed_piece() -> tuple[float, float]:
+    """(wall-clock time, CPU ms) of one piece."""
+    at = time.time()
     start = time.thread_time_ns()
     acc = 0
     for i in range(PIECE_ITERATIONS):
         acc += i * i
-    return (time.thread_time_ns() - start) / 1e6
+    return at, (time.thread_time_ns() - start) / 1e6
+
+
+def _stalled(pieces: Sequence[tuple[float, float]]) -> tuple[float, list[tuple[float, float]]]:
+    """The median piece's CPU ms, and the pieces that cost over STALL_FACTOR times it."""
+    median = statistics.median(cpu for _, cpu in pieces)
+    return median, [(at, cpu) for at, cpu in pieces if cpu > STALL_FACTOR * median]
 
 
 def _windows(stalled: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -56,10 +64,8 @@ def probe(seconds: float) -> dict[str, Any]:
     pieces: list[tuple[float, float]] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        at = time.time()
-        pieces.append((at, _piece_cpu_ms()))
-    median = statistics.median(cpu for _, cpu in pieces)
-    stalled = [(at, cpu) for at, cpu in pieces if cpu > STALL_FACTOR * median]
+        pieces.append(_timed_piece())
+    median, stalled = _stalled(pieces)
     windows = _windows(stalled)
     lengths = sorted((b - a) * 1e3 for a, b in windows)
     starts = [a for a, _ in windows]
@@ -87,8 +93,7 @@ class StallWatch(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.wait(self.every):
-            at = time.time()
-            self.pieces.append((at, _piece_cpu_ms()))
+            self.pieces.append(_timed_piece())
 
     def stop(self) -> list[float]:
         """Wall-clock times of the stalled pieces."""
@@ -96,8 +101,7 @@ class StallWatch(threading.Thread):
         self.join()
         if not self.pieces:
             return []
-        median = statistics.median(cpu for _, cpu in self.pieces)
-        return [at for at, cpu in self.pieces if cpu > STALL_FACTOR * median]
+        return [at for at, _ in _stalled(self.pieces)[1]]
 
 
 def near_a_stall(
@@ -139,15 +143,12 @@ def _machine_busy_and_idle() -> tuple[float, float]:
 
 class CpuSplit:
     """Where the CPU went while a phase ran, per request: the service's HTTP process, its worker
-    processes, and everything else on the machine (mostly the load generator)."""
+    processes, and everything else on the machine (mostly the load generator). Counts from when it
+    is made, for the processes alive then."""
 
     def __init__(self, service_pid: int) -> None:
         self.service_pid = service_pid
-        self._start: dict[int, float] = {}
-        self._machine = (0.0, 0.0)
-
-    def start(self) -> None:
-        pids = [self.service_pid, *_descendants(self.service_pid)]
+        pids = [service_pid, *_descendants(service_pid)]
         self._start = {p: s for p in pids if (s := _cpu_seconds(p)) is not None}
         self._machine = _machine_busy_and_idle()
 
