@@ -102,7 +102,7 @@ start_proc kube-controller-manager "$bin/kube-controller-manager" \
   --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
   --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
   --use-service-account-credentials=false --concurrent-job-syncs=20 --kube-api-qps=200 --kube-api-burst=400 \
-  --profiling=false --v=1
+  --pvclaimbinder-sync-period=2s --profiling=false --v=1
 start_proc kube-scheduler "$bin/kube-scheduler" \
   --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
   --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false --profiling=false --v=1
