@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 PYTEST_ARGS ?=
 
-.PHONY: help tools lint lint-chart lint-python lint-docker unittest pytest test demo scenarios cluster-up cluster-down bench package clean-tools lock
+.PHONY: help tools lint lint-chart lint-python lint-docker unittest pytest test test-timing demo scenarios cluster-up cluster-down bench package clean-tools lock
 
 help: ## list targets
 	@grep -E '^[a-z][-a-z]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -45,6 +45,9 @@ pytest: tools ## every pytest tier (hooks, chart rendering/validation, Ray, rewa
 	pytest $(PYTEST_ARGS)
 
 test: tools lint unittest pytest ## all tests; fails if any tier fails or runs no tests
+
+test-timing: tools ## the timing-sensitive tiers RUNS times (default 10) in random order, quiet then under stress-ng
+	RUNS=$(or $(RUNS),10) ci/timing-stress.sh
 
 demo: tools ## the main job: local cluster up, colocated scenario installed with the real hooks, final state
 	ci/cluster/demo.sh

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -184,45 +183,87 @@ def test_missing_hf_checkpoint_is_a_clear_failure(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "model.hfPath" in proc.stderr and "prepare-data" in proc.stderr
 
 
+def child_pids(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def wait_gone(pids: list[int], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(gone(p) for p in pids):
+        assert time.monotonic() < deadline, f"processes {pids} still alive {timeout:g}s after the kill"
+        time.sleep(0.01)
+
+
+def start_convert(path: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_until(proc: subprocess.Popen[str], needle: str) -> None:
+    """Reads the hook's log (its converter's output included) until a line holds ``needle``."""
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if needle in line:
+            return
+    raise AssertionError(f"the convert hook ended without logging {needle!r}:\n{''.join(seen)}")
+
+
+# Where a conversion is killed, in the order they happen, and what must be published afterwards:
+# False nothing, True a complete valid result, None either (the kill races the publish itself).
+KILL_POINTS: list[tuple[str, str | None, bool | None]] = [
+    ("conversion needed", None, False),  # before the lock
+    ("running the converter", None, False),  # lock held, temporary directory made
+    ("dcp_converter: paused at start", "start", False),  # converter running, nothing written
+    ("dcp_converter: paused at saved", "saved", False),  # shards written, no iteration file
+    ("dcp_converter: paused at finished", "finished", False),  # all written, converter not exited
+    ("converter finished", None, None),  # the hook validates, writes its marker, renames
+    ("published the torch_dist checkpoint", None, True),  # published, lock being released
+]
+
+
 def test_killed_twenty_times_never_publishes_partial_and_then_completes(tmp_path: Path) -> None:
     raw = conv_spec(tmp_path)
     path = write(tmp_path / "run.json", raw)
     target = Path(raw["model"]["torchDistPath"])
-    env = env_with(DCP_CONVERTER_SLOW="0.4")
-    # Kill points are spread over one conversion's length, taken from the faster of two full runs:
-    # the first run of a fresh checkout pays for cold imports and would stretch the range past the
-    # end of a warm conversion (seen in a clean clone: 12 of 20 kills came after it had finished).
-    durations = []
-    for _ in range(2):
-        if target.exists():
-            shutil.rmtree(target)
-        t0 = time.monotonic()
-        full = run_cli("convert", "--spec", str(path), env=env)
-        durations.append(time.monotonic() - t0)
-        assert full.returncode == 0, full.stderr
-    duration = min(durations)
-    print(f"full conversion: {', '.join(f'{d:.2f}' for d in durations)} s")
-    rng = random.Random(20261130)
-    killed_midway = 0
     for i in range(20):
+        needle, pause, expected = KILL_POINTS[i % len(KILL_POINTS)]
         if target.exists():
             shutil.rmtree(target)  # start each round from "not converted" so every kill point is exercised
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(rng.uniform(0.05, duration * 1.05))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
+        env = env_with(DCP_CONVERTER_PAUSE_AT=pause) if pause else env_with()
+        proc = start_convert(path, env)
+        read_until(proc, needle)
+        children = child_pids(proc.pid)
+        proc.send_signal(signal.SIGKILL)
         proc.wait()
-        time.sleep(0.1)  # let the converter child (PDEATHSIG) die
+        wait_gone(children)  # the converter dies with the hook (PDEATHSIG)
         published = assert_valid_or_absent(raw)
-        killed_midway += 0 if published else 1
-        print(f"kill {i + 1:2d}: {'published complete' if published else 'nothing published'}")
-    assert killed_midway >= 10, "most kills must land mid-conversion for this test to mean anything"
-    done = run_cli("convert", "--spec", str(path), env=env)
+        print(f"kill {i + 1:2d} at {needle!r}: {'published complete' if published else 'nothing published'}")
+        if expected is not None:
+            assert published is expected, f"killed at {needle!r}"
+    done = run_cli("convert", "--spec", str(path))
     assert done.returncode == 0, done.stderr
     assert assert_valid_or_absent(raw)
     assert not list(target.parent.glob(".*.tmp-*")) and not list(target.parent.glob(".*.stale-*"))
@@ -232,21 +273,32 @@ def test_two_concurrent_converters_convert_once(tmp_path: Path) -> None:
     raw = conv_spec(tmp_path)
     path = write(tmp_path / "run.json", raw)
     count = tmp_path / "count"
-    env = env_with(DCP_CONVERTER_SLOW="1", DCP_CONVERTER_COUNT=str(count))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path), "--json"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    results = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [r[1] for r in results]
-    outcomes = sorted(json.loads(r[0])["converted"] for r in results)
-    assert outcomes == [False, True]
+    release = tmp_path / "release-converter"
+    env = env_with(
+        DCP_CONVERTER_PAUSE_AT="start",
+        DCP_CONVERTER_RELEASE=str(release),
+        DCP_CONVERTER_COUNT=str(count),
+    )
+    first = start_convert(path, env)
+    read_until(first, "dcp_converter: paused at start")  # the first holds the lock, converting
+    second = subprocess.Popen(
+        [sys.executable, "-m", "miles_hooks", "convert", "--spec", str(path), "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    read_until(second, "another converter holds the lock; waiting")
+    release.touch()
+    assert first.wait(300) == 0
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    assert json.loads(out) == {
+        "converted": False,
+        "skipped": True,
+        "reason": "converted concurrently",
+        "target": str(Path(raw["model"]["torchDistPath"])),
+    }
     assert count.read_text().count("\n") == 1
     assert assert_valid_or_absent(raw)
 

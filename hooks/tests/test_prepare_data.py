@@ -137,7 +137,15 @@ def test_killed_download_never_leaves_a_lying_marker(tmp_path: Path) -> None:
     mirror = make_mirror(tmp_path / "mirror", raw, weights_bytes=96 << 20)
     spec_path = write(tmp_path / "run.json", raw)
     hf = Path(raw["model"]["hfPath"])
-    for delay in (0.3, 0.6, 0.9):
+    marker = hf / pd.MODEL_MARKER
+    # Kill points, read from the hook's own log, and whether the model's marker must exist after:
+    # listed but nothing fetched (no), the weights being fetched (no, or complete and true), the
+    # model prepared and the datasets not yet (yes).
+    for needle, marked in (
+        ("files to check", False),
+        ("file=model.safetensors", None),
+        ('prepared target="model ', True),
+    ):
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -149,16 +157,25 @@ def test_killed_download_never_leaves_a_lying_marker(tmp_path: Path) -> None:
                 "--source-dir",
                 str(mirror),
             ],
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        time.sleep(delay)
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if needle in line:
+                break
+        else:
+            raise AssertionError(f"prepare-data ended without logging {needle!r}:\n{''.join(seen)}")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        marker = hf / pd.MODEL_MARKER
-        if marker.exists():  # finished before the kill: then it must be complete and true
+        if marker.exists():  # then it must be complete and true
             target = pd.targets(raw)[0]
             assert pd.marker_mismatch(target, json.loads(marker.read_text())) is None
-        (hf / pd.MODEL_MARKER).unlink(missing_ok=True)
+        if marked is not None:
+            assert marker.exists() is marked, f"killed at {needle!r}"
+        marker.unlink(missing_ok=True)
     done = run_cli("prepare-data", "--spec", str(spec_path), "--source-dir", str(mirror))
     assert done.returncode == 0, done.stderr
     src = mirror / "models" / raw["model"]["repoId"] / "main" / "model.safetensors"

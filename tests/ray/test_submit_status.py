@@ -144,26 +144,27 @@ def test_submit_killed_right_after_post_then_rerun_leaves_one_job(
     raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-kill", args=["--sleep", "0"])
     path = write_spec(tmp_path / "run.json", raw)
     sid = specmod.submission_id(raw)
+    # The provenance record is read right after the POST: as a FIFO with no writer, that read
+    # blocks, which holds submit between creating the job and recording it until it is killed.
+    provenance = Path(raw["output"]["provenanceFile"])
+    provenance.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(provenance)
     proc = subprocess.Popen(
         [sys.executable, "-m", "miles_hooks", "submit", "--spec", str(path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
-    killed_after_post = False
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            client.get_job_info(sid)
-        except RuntimeError:
-            continue  # not created yet: keep polling as fast as we can
-        os.kill(proc.pid, signal.SIGKILL)
-        killed_after_post = True
-        break
+    assert proc.stderr is not None
+    for line in proc.stderr:  # logged after the POST returned, before the provenance record
+        if "job submitted" in line:
+            break
+    else:
+        raise AssertionError(f"submit exited with {proc.wait()} before submitting")
+    assert proc.poll() is None, "submit finished although its provenance record cannot be read"
+    os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    assert killed_after_post, (
-        f"submit finished before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
-    )
+    provenance.unlink()
     assert [j.submission_id for j in release_jobs(client, "rt-kill")] == [sid]
 
     rerun = cli("submit", "--spec", str(path), "--json")

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from reward_http import Service, ServiceFactory, start_service
+from reward_http import Gate, Service, ServiceFactory, start_service
 
 
 @pytest.fixture
@@ -21,6 +21,14 @@ def service_factory(tmp_path: Path) -> Iterator[ServiceFactory]:
     yield make
     for svc in started:
         svc.stop()
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Gate:
+    """Holds a worker inside a check until the test releases it; services take ``gate.env()``."""
+    directory = tmp_path / "gate"
+    directory.mkdir()
+    return Gate(directory)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,43 @@ from typing import Any
 
 HOST = "127.0.0.1"
 STARTUP_SECONDS = 90.0
+# Deadline of every wait for an observed state: generous, since a wait ends as soon as it is seen.
+WAIT_SECONDS = 60.0
+GATE_SITE = Path(__file__).resolve().parent / "gate_site"
+
+
+def wait_until(what: str, ready: Callable[[], bool], timeout: float = WAIT_SECONDS) -> None:
+    """Returns once ``ready()`` is true; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not seen within {timeout:g}s")
+        time.sleep(0.01)
+
+
+@dataclass
+class Gate:
+    """Holds a real worker inside a check until released (see gate_site/sitecustomize.py)."""
+
+    directory: Path
+
+    def env(self) -> dict[str, str]:
+        path = os.pathsep.join(p for p in (str(GATE_SITE), os.environ.get("PYTHONPATH", "")) if p)
+        return {"PYTHONPATH": path, "REWARD_TEST_GATE_DIR": str(self.directory)}
+
+    def sample(self, name: str, response: str, label: str) -> dict[str, Any]:
+        return sample(f"gate:{name}:{response}", label)
+
+    def entered(self, name: str) -> bool:
+        return (self.directory / f"{name}.entered").exists()
+
+    def wait_entered(self, name: str) -> int:
+        """Waits until a worker is inside the gated check ``name``; returns that worker's pid."""
+        wait_until(f"a worker inside the gated check {name!r}", lambda: self.entered(name))
+        return int((self.directory / f"{name}.entered").read_text())
+
+    def release(self, name: str) -> None:
+        (self.directory / f"{name}.release").touch()
 
 
 def free_port() -> int:
@@ -76,6 +113,9 @@ class Service:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, needle: str) -> None:
+        wait_until(f"log line containing {needle!r}", lambda: needle in self.log())
 
     def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
         """The value of one sample in /metrics (sum of all matching label sets)."""

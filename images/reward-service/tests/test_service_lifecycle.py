@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from reward_http import HANGING_RESPONSE, HOST, ServiceFactory, free_port, sample
+from reward_http import HANGING_RESPONSE, HOST, Gate, ServiceFactory, free_port, sample, wait_until
 
 
 def children(pid: int) -> list[int]:
@@ -41,15 +41,22 @@ def worker_pids(server_pid: int) -> list[int]:
     return pids
 
 
-def test_overload_answers_503_at_once_and_recovers(service_factory: ServiceFactory) -> None:
+def test_overload_answers_503_at_once_and_recovers(
+    service_factory: ServiceFactory, gate: Gate
+) -> None:
     svc = service_factory(
-        {"REWARD_WORKERS": "1", "REWARD_MAX_INFLIGHT": "2", "REWARD_TIMEOUT_SECONDS": "2"}
+        {
+            **gate.env(),
+            "REWARD_WORKERS": "1",
+            "REWARD_MAX_INFLIGHT": "2",
+            "REWARD_TIMEOUT_SECONDS": "60",
+        }
     )
     with ThreadPoolExecutor(max_workers=4) as ex:
-        hanging = ex.submit(svc.post, "/score", sample(HANGING_RESPONSE, "3"))
-        time.sleep(0.3)
-        queued = ex.submit(svc.post, "/score", sample("$\\boxed{4}$", "4"))
-        time.sleep(0.2)
+        held = ex.submit(svc.post, "/score", gate.sample("held", "$\\boxed{3}$", "3"), 120.0)
+        gate.wait_entered("held")
+        queued = ex.submit(svc.post, "/score", sample("$\\boxed{4}$", "4"), 120.0)
+        wait_until("2 samples admitted", lambda: svc.metric("reward_inflight_samples") == 2)
         t0 = time.monotonic()
         rejected = svc.post("/score", sample("$\\boxed{4}$", "4"))
         rejected_after = time.monotonic() - t0
@@ -60,7 +67,9 @@ def test_overload_answers_503_at_once_and_recovers(service_factory: ServiceFacto
         assert rejected_after < 0.5
         assert not_ready.status == 503 and "capacity" in not_ready.json()["detail"]
         assert svc.get("/health").status == 200
-        assert hanging.result().status == 503
+        assert not held.done() and not queued.done()
+        gate.release("held")
+        assert (held.result().status, held.result().body) == (200, b"1.0")
         assert (queued.result().status, queued.result().body) == (200, b"1.0")
     assert svc.get("/ready").status == 200
     assert svc.post("/score", sample("$\\boxed{4}$", "4")).body == b"1.0"
@@ -69,18 +78,18 @@ def test_overload_answers_503_at_once_and_recovers(service_factory: ServiceFacto
 
 
 def test_killed_worker_fails_its_sample_fast_and_is_replaced(
-    service_factory: ServiceFactory,
+    service_factory: ServiceFactory, gate: Gate
 ) -> None:
-    svc = service_factory({"REWARD_WORKERS": "1", "REWARD_TIMEOUT_SECONDS": "30"})
+    svc = service_factory({**gate.env(), "REWARD_WORKERS": "1", "REWARD_TIMEOUT_SECONDS": "60"})
     with ThreadPoolExecutor(max_workers=2) as ex:
-        t0 = time.monotonic()
-        hanging = ex.submit(svc.post, "/score", sample(HANGING_RESPONSE, "3"))
-        time.sleep(0.5)
+        held = ex.submit(svc.post, "/score", gate.sample("held", "$\\boxed{3}$", "3"), 120.0)
+        inside = gate.wait_entered("held")
         workers = worker_pids(svc.proc.pid)
-        assert len(workers) == 1, workers
-        os.kill(workers[0], signal.SIGKILL)
-        reply = hanging.result()
-        took = time.monotonic() - t0
+        assert workers == [inside], workers
+        t0 = time.monotonic()
+        os.kill(inside, signal.SIGKILL)
+        reply = held.result()
+        took = time.monotonic() - t0  # from the kill: far below the 60 s timeout
     assert reply.status == 503
     assert reply.json()["error"] == "worker_died"
     assert took < 5
@@ -126,75 +135,100 @@ def test_backend_that_cannot_load_stops_startup(tmp_path: Path) -> None:
     assert "could not load the reward_model backend" in done.stderr
 
 
-def test_sigterm_finishes_in_flight_work_and_refuses_new(service_factory: ServiceFactory) -> None:
+def accepts_connections(port: int) -> bool:
+    try:
+        socket.create_connection((HOST, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_sigterm_finishes_in_flight_work_and_refuses_new(
+    service_factory: ServiceFactory, gate: Gate
+) -> None:
     svc = service_factory(
-        {"REWARD_WORKERS": "1", "REWARD_MAX_INFLIGHT": "4000", "REWARD_TIMEOUT_SECONDS": "20"}
+        {
+            **gate.env(),
+            "REWARD_WORKERS": "1",
+            "REWARD_MAX_INFLIGHT": "4000",
+            "REWARD_TIMEOUT_SECONDS": "20",
+        }
     )
     reasoning = "Expanding $(a+b)^2 = a^2 + 2ab + b^2$ and substituting gives the value. " * 30
-    items = [sample(reasoning + f"Hence $\\boxed{{{i}}}$.", str(i)) for i in range(600)]
+    items = [gate.sample("first", reasoning + "Hence $\\boxed{0}$.", "0")]
+    items += [sample(reasoning + f"Hence $\\boxed{{{i}}}$.", str(i)) for i in range(1, 200)]
     with ThreadPoolExecutor(max_workers=1) as ex:
-        t0 = time.monotonic()
         batch = ex.submit(svc.post, "/score/batch", items, 60.0)
-        time.sleep(0.4)
+        gate.wait_entered("first")
         svc.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        refused = False
-        try:
-            socket.create_connection((HOST, svc.port), timeout=1).close()
-        except OSError:
-            refused = True
-        assert not batch.done(), "batch finished before the drain could be observed"
+        svc.wait_log("SIGTERM: draining")
+        wait_until("new connections refused", lambda: not accepts_connections(svc.port))
+        assert not batch.done(), "the batch was answered while its first check was still held"
+        gate.release("first")
         reply = batch.result()
-        took = time.monotonic() - t0
-    assert refused, "new connections must be refused once SIGTERM arrived"
     assert reply.status == 200, reply.body[:300]
     assert reply.json() == [1.0] * len(items)
     code = svc.proc.wait(20)
     assert code in (0, -signal.SIGTERM), svc.log()
     assert not worker_pids(svc.proc.pid)
-    assert took > 0.7
 
 
 def test_sigterm_answers_work_still_queued_after_the_drain_window_with_503(
-    service_factory: ServiceFactory,
+    service_factory: ServiceFactory, gate: Gate
 ) -> None:
+    """One worker, REWARD_TIMEOUT_SECONDS=1 (so the drain window is 1 s). Three samples are scored,
+    then every other sample holds its check until the test releases them all, after the drain
+    window: the one held when SIGTERM came runs past its timeout, and every sample not yet with a
+    worker when the window closed is answered 503 shutting_down."""
     svc = service_factory(
-        {"REWARD_WORKERS": "1", "REWARD_MAX_INFLIGHT": "10000", "REWARD_TIMEOUT_SECONDS": "1"}
+        {
+            **gate.env(),
+            "REWARD_WORKERS": "1",
+            "REWARD_MAX_INFLIGHT": "1000",
+            "REWARD_TIMEOUT_SECONDS": "1",
+        }
     )
-    reasoning = "Expanding $(a+b)^2 = a^2 + 2ab + b^2$ and substituting gives the value. " * 10
-    items = [sample(reasoning + f"Hence $\\boxed{{{i}}}$.", str(i)) for i in range(8000)]
+    scored_first = [sample(f"$\\boxed{{{i}}}$", str(i)) for i in range(3)]
+    held = [gate.sample("held", f"$\\boxed{{{i}}}$", str(i)) for i in range(3, 40)]
     with ThreadPoolExecutor(max_workers=1) as ex:
-        batch = ex.submit(svc.post, "/score/batch", items, 120.0)
-        time.sleep(0.5)
+        batch = ex.submit(svc.post, "/score/batch", scored_first + held, 120.0)
+        gate.wait_entered("held")
         t0 = time.monotonic()
         svc.proc.send_signal(signal.SIGTERM)
+        svc.wait_log("drain window over")
+        gate.release("held")
         reply = batch.result()
         answered_after = time.monotonic() - t0
     assert reply.status == 503
     body = reply.json()
-    assert body["error"] == "shutting_down"
+    assert body["error"] == "timeout"  # the batch names its first failure
     results = body["results"]
-    scored = [r for r in results if not isinstance(r, dict)]
-    assert scored and all(r == 1.0 for r in scored)
-    assert all(r["error"] == "shutting_down" for r in results if isinstance(r, dict))
+    assert results[:3] == [1.0] * 3
+    assert results[3]["error"] == "timeout"  # held since before SIGTERM, past its 1 s
+    later = results[4:]
+    assert all(r == 1.0 or r["error"] == "shutting_down" for r in later), later
+    # at most the samples a worker held in its pipe when the window closed are scored after it
+    assert sum(isinstance(r, dict) for r in later) >= len(later) - 4, later
     assert 1.0 <= answered_after < 4.0, answered_after
     assert svc.proc.wait(10) in (0, -signal.SIGTERM)
 
 
 def test_sample_prefetched_behind_a_hang_is_rescored_elsewhere(
-    service_factory: ServiceFactory,
+    service_factory: ServiceFactory, gate: Gate
 ) -> None:
     """While work is queued each worker holds one more sample in its pipe; when the current check
     hangs, that sample is handed to another worker instead of waiting for the timeout."""
-    svc = service_factory({"REWARD_WORKERS": "2", "REWARD_TIMEOUT_SECONDS": "12"})
+    svc = service_factory({**gate.env(), "REWARD_WORKERS": "2", "REWARD_TIMEOUT_SECONDS": "12"})
     items = [sample(f"$\\boxed{{{i}}}$", str(i)) for i in range(20)]
     with ThreadPoolExecutor(max_workers=2) as ex:
-        hanging = ex.submit(svc.post, "/score", sample(HANGING_RESPONSE, "3"))
-        time.sleep(0.3)
+        hanging = ex.submit(svc.post, "/score", gate.sample("hang", "$\\boxed{3}$", "3"), 60.0)
+        gate.wait_entered("hang")
         t0 = time.monotonic()
         reply = svc.post("/score/batch", items)
         took = time.monotonic() - t0
-        assert hanging.result().status == 503
+        assert not hanging.done()
+        gate.release("hang")
+        assert (hanging.result().status, hanging.result().body) == (200, b"1.0")
     assert reply.status == 200, reply.body[:300]
     assert reply.json() == [1.0] * 20
     assert took < 2.5, f"a sample waited behind the hanging check: {took:.2f}s"

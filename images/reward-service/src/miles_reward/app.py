@@ -1,6 +1,7 @@
 """The HTTP API as a plain ASGI application (no framework: the per-request overhead is the budget).
 
-POST /score         {"prompt": str, "response": str, "label": str|null} -> a bare JSON number
+POST /score         {"prompt": str | [{"role", "content"}, ...], "response": str, "label": str|null}
+                    -> a bare JSON number
 POST /score/batch   [sample, ...] -> [number, ...] in order, when every sample scored;
                     otherwise 503 (any sample failed transiently) or 422 (only unusable labels) with
                     {"error", "detail", "results": [number | {"error", "detail"}, ...]}
@@ -24,7 +25,7 @@ from typing import Any
 
 from miles_reward.config import Config
 from miles_reward.metrics import Metrics
-from miles_reward.outcome import Failed, Outcome, Sample, Scored
+from miles_reward.outcome import Failed, Outcome, Prompt, Sample, Scored
 from miles_reward.pool import PoolSettings, WorkerPool
 
 log = logging.getLogger("miles_reward.app")
@@ -43,17 +44,38 @@ class BadRequest(ValueError):
     pass
 
 
+def _prompt_from(value: Any, where: str) -> Prompt:
+    """miles sends the prompt as text, or as the list of chat messages when it does not apply the
+    chat template itself (``--apply-chat-template`` off); both are accepted."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        messages = []
+        for i, message in enumerate(value):
+            role = message.get("role") if isinstance(message, dict) else None
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(role, str) or not isinstance(content, str):
+                raise BadRequest(
+                    f"{where}: 'prompt'[{i}]: expected a message "
+                    '{"role": str, "content": str}, found ' + json.dumps(message)[:200]
+                )
+            messages.append((role, content))
+        return tuple(messages)
+    raise BadRequest(
+        f"{where}: 'prompt': expected a string or a list of chat messages, "
+        f"found {type(value).__name__}"
+    )
+
+
 def _sample_from(obj: Any, where: str) -> Sample:
     if not isinstance(obj, dict):
         raise BadRequest(f"{where}: expected a JSON object with prompt, response, label")
     response = obj.get("response")
     if not isinstance(response, str):
         raise BadRequest(f"{where}: 'response' must be a string")
-    prompt = obj.get("prompt", "")
-    if prompt is None:
-        prompt = ""
-    if not isinstance(prompt, str):
-        raise BadRequest(f"{where}: 'prompt' must be a string")
+    prompt = _prompt_from(obj.get("prompt"), where)
     label = obj.get("label")
     if isinstance(label, bool) or not (label is None or isinstance(label, str | int | float)):
         raise BadRequest(f"{where}: 'label' must be a string or null")

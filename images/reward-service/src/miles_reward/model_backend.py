@@ -42,15 +42,18 @@ def load(model_path: Path) -> None:
 
 def _encode(sample: Sample) -> Any:
     tok = _tokenizer
+    if isinstance(sample.prompt, str):
+        conversation = [{"role": "user", "content": sample.prompt}]
+        prompt_text = sample.prompt
+    else:
+        conversation = [{"role": role, "content": content} for role, content in sample.prompt]
+        prompt_text = "\n".join(content for _, content in sample.prompt)
     if getattr(tok, "chat_template", None):
-        messages = [
-            {"role": "user", "content": sample.prompt},
-            {"role": "assistant", "content": sample.response},
-        ]
+        messages = [*conversation, {"role": "assistant", "content": sample.response}]
         text = tok.apply_chat_template(messages, tokenize=False)
         return tok(text, return_tensors="pt", truncation=True, max_length=_max_length)
     return tok(
-        sample.prompt,
+        prompt_text,
         sample.response,
         return_tensors="pt",
         truncation="longest_first",

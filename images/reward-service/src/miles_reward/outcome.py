@@ -45,8 +45,13 @@ class Failed:
 Outcome = Scored | Failed
 
 
+# A prompt as miles sends it: the text, or (``--apply-chat-template`` off) the chat messages as
+# (role, content) pairs.
+Prompt = str | tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
-    prompt: str
+    prompt: Prompt
     response: str
     label: str | None

@@ -194,8 +194,16 @@ class WorkerPool:
     def drain_queue(self) -> None:
         """Answers every queued (not started) sample 503 ``shutting_down``; stops admitting."""
         self._closing = True
+        answered = 0
         while self._queue:
-            self._resolve(self._queue.popleft(), Failed("shutting_down", "service is stopping"))
+            job = self._queue.popleft()
+            answered += not job.future.done()
+            self._resolve(job, Failed("shutting_down", "service is stopping"))
+        log.info(
+            "drain window over: %d queued sample(s) answered 503; %d already with a worker finish",
+            answered,
+            sum(len(w.assigned) for w in self._workers if not w.dead),
+        )
 
     # ------------------------------------------------------------ submission
     def try_submit(
