@@ -33,6 +33,7 @@ lint-python:
 	mypy --config-file hooks/pyproject.toml hooks/src
 	mypy --config-file images/reward-service/pyproject.toml images/reward-service/src images/reward-service/tests
 	mypy --strict --ignore-missing-imports tests/bench/reward
+	mypy --strict --ignore-missing-imports ci/miles-contract tests/contract
 
 lint-docker:
 	ci/hadolint.sh

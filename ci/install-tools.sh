@@ -191,6 +191,21 @@ build_cluster() {
   install -m 0644 "$src/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml" "$tools/kwok/crds/"
 }
 
+# The real miles argument parser (PyPI miles-rl, which vendors miles/, megatron/ and sglang/) with the
+# exact closure its parse path imports: the contract tests feed every rendered train argv through it.
+# --no-deps: miles-rl declares packages (wandb, torchft, ring_flash_attn, ...) that path never imports.
+contract_env() {
+  local req="$root/ci/miles-contract/requirements.txt" venv="$tools/miles-contract"
+  if fresh miles-contract "$req" && [[ -x "$venv/bin/python" ]]; then log "miles contract venv up to date"; return; fi
+  log "creating the miles contract venv (miles-rl and its parse-path closure) in $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q --no-deps -r "$req"
+  "$venv/bin/python" -c "import miles.utils.arguments" >/dev/null
+  stamp miles-contract "$req"
+}
+
 main() {
   local part
   for part in "${@:-all}"; do
@@ -200,10 +215,11 @@ main() {
       registry) build_registry ;;
       python) python_env ;;
       checkov) checkov_env ;;
+      contract) contract_env ;;
       schemas) kubeconform_schemas ;;
       cluster) build_cluster ;;
-      all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; kubeconform_schemas; checkov_env; build_cluster ;;
-      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, python, schemas, checkov, cluster, all)" >&2; exit 2 ;;
+      all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; kubeconform_schemas; checkov_env; contract_env; build_cluster ;;
+      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, python, schemas, checkov, contract, cluster, all)" >&2; exit 2 ;;
     esac
   done
   log "done"

@@ -24,12 +24,12 @@ def spec_in(tmp: Path) -> dict[str, Any]:
     raw["model"]["torchDistPath"] = str(tmp / "fsx/models/Qwen3-4B_torch_dist")
     for ds in raw["data"]["datasets"]:
         ds["path"] = str(tmp / "fsx/data" / ds["repoId"].split("/")[1])
-    raw["output"] = {
-        "dir": str(tmp / "run"),
-        "checkpointDir": str(tmp / "run/ckpt"),
-        "tensorboardDir": str(tmp / "run/tb"),
-        "provenanceFile": str(tmp / "run/provenance.json"),
-    }
+    raw["output"].update(
+        dir=str(tmp / "run"),
+        checkpointDir=str(tmp / "run/ckpt"),
+        tensorboardDir=str(tmp / "run/tb"),
+        provenanceFile=str(tmp / "run/provenance.json"),
+    )
     return raw
 
 

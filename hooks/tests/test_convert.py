@@ -25,14 +25,13 @@ if os.environ.get("MILES_HOOKS_ALLOW_NO_TORCH") == "1":
 CONVERTER = REPO / "tests" / "fixtures" / "dcp_converter.py"
 
 
-def conv_spec(tmp: Path, backend: str = "megatron") -> dict[str, Any]:
+def conv_spec(tmp: Path) -> dict[str, Any]:
     raw = spec_in(tmp)
     hf = Path(raw["model"]["hfPath"])
     hf.mkdir(parents=True)
     (hf / "config.json").write_text(
         json.dumps({"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2})
     )
-    raw["model"]["trainBackend"] = backend
     raw["convert"]["command"] = [sys.executable, str(CONVERTER)]
     raw["convert"]["lockStaleSeconds"] = 60
     raw["train"]["workdir"] = str(tmp)
@@ -160,20 +159,6 @@ def test_invalid_converter_output_is_never_published(tmp_path: Path, fault: str,
     target = Path(raw["model"]["torchDistPath"])
     assert not target.exists()
     assert not list(target.parent.glob(".*.tmp-*")) and not (target.parent / f".{target.name}.lock").exists()
-
-
-def test_fsdp_backend_needs_no_conversion(tmp_path: Path) -> None:
-    raw = conv_spec(tmp_path, backend="fsdp")
-    count = tmp_path / "count"
-    proc = run_cli(
-        "convert",
-        "--spec",
-        str(write(tmp_path / "run.json", raw)),
-        "--json",
-        env=env_with(DCP_CONVERTER_COUNT=str(count)),
-    )
-    assert proc.returncode == 0 and json.loads(proc.stdout)["reason"] == "fsdp"
-    assert not count.exists() and not Path(raw["model"]["torchDistPath"]).exists()
 
 
 def test_missing_hf_checkpoint_is_a_clear_failure(tmp_path: Path) -> None:

@@ -189,6 +189,23 @@ def test_pvc_findings() -> None:
     assert errors(pf.pvc_findings(None, raw)) == []
 
 
+def test_space_findings_compare_the_claim_with_the_run_budget() -> None:
+    raw = base_spec()  # 5 checkpoints x 56 GB + 8 GB + 8 GB = 296 GB
+    claim = {"status": {"phase": "Bound", "capacity": {"storage": "1200Gi"}}, "spec": {}}
+    fits = pf.space_findings(claim, raw)
+    assert [f.level for f in fits] == [pf.INFO] and "holds the run's 275.7 GiB" in fits[0].message
+    small = {"status": {"phase": "Bound", "capacity": {"storage": "200Gi"}}, "spec": {}}
+    [finding] = errors(pf.space_findings(small, raw))
+    assert finding.subject == "persistentvolumeclaim/miles-fsx"
+    assert "capacity 200.0 GiB, expected at least 275.7 GiB" in finding.message
+    assert "5 checkpoint(s) on disk at once x 52.2 GiB + HF 7.5 GiB + torch_dist 7.5 GiB" in finding.message
+    assert "recipe.checkpoint.retainInterval" in finding.message
+    pending = {"status": {"phase": "Pending"}, "spec": {"resources": {"requests": {"storage": "0.2Ti"}}}}
+    assert errors(pf.space_findings(pending, raw))[0].message.startswith("capacity 204.8 GiB")
+    raw["output"]["checkpointBudget"]["totalBytes"] = 0  # parameterCount unknown: nothing to check
+    assert pf.space_findings(small, raw) == []
+
+
 def test_secret_findings_levels_and_no_values() -> None:
     raw = base_spec()
     raw["secrets"].append(

@@ -64,9 +64,9 @@ def test_schema_errors_name_field_expected_and_found(mutate: Any, needle: str) -
 
 
 def test_schema_version_mismatch_is_explained() -> None:
-    found = problems_for(lambda r: r.__setitem__("schemaVersion", 2))
+    found = problems_for(lambda r: r.__setitem__("schemaVersion", 1))
     assert found == [
-        "schemaVersion: expected 1 (this hooks image), found 2; use a hooks image that matches the "
+        "schemaVersion: expected 2 (this hooks image), found 1; use a hooks image that matches the "
         "chart version"
     ]
 

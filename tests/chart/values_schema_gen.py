@@ -123,8 +123,24 @@ OVERRIDES = {
         "minLength": 1,
         "pattern": "^[A-Za-z0-9][-A-Za-z0-9_.]*$",
     },
-    "model.trainBackend": {"enum": ["megatron", "fsdp"]},
+    "model.trainBackend": {"enum": ["megatron"]},
     "model.parameterCount": {"type": "integer", "minimum": 0},
+    "model.architecture": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "all four keys, or none (the chart's table of known profiles)",
+        "anyOf": [
+            {"maxProperties": 0},
+            {"required": ["numLayers", "numAttentionHeads", "numQueryGroups", "numExperts"]},
+        ],
+        "properties": {
+            "numLayers": {"type": "integer", "minimum": 1},
+            "numAttentionHeads": {"type": "integer", "minimum": 1},
+            "numQueryGroups": {"type": "integer", "minimum": 1},
+            "numExperts": {"type": "integer", "minimum": 0},
+        },
+    },
+    "topology.expertTensorParallel": {"type": "integer", "minimum": 0},
     "data.evalData": {
         "type": "array",
         "items": {
@@ -163,6 +179,14 @@ OVERRIDES = {
     "recipe.entrypoint": {"enum": ["train.py", "train_async.py"]},
     "recipe.rolloutTemperature": {"type": "number", "minimum": 0},
     "recipe.lr": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?([eE]-?[0-9]+)?$"},
+    "recipe.lrDecayStyle": {"enum": ["constant", "linear", "cosine", "inverse-square-root", "WSD"]},
+    "recipe.weightDecay": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?([eE]-?[0-9]+)?$"},
+    "recipe.adamBeta2": {"type": "string", "pattern": "^0?\\.[0-9]+$"},
+    "recipe.dropout": {"type": "string", "pattern": "^(0?\\.[0-9]+|0)$"},
+    "recipe.epsClipHigh": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"},
+    "recipe.sglangMoeRunnerBackend": {"type": "string", "pattern": "^[a-z0-9_]*$"},
+    "recipe.memory.recompute": {"enum": ["none", "selective", "full"]},
+    "recipe.checkpoint.bytesPerParameter": {"type": "integer", "minimum": 1},
     "recipe.advantageEstimator": {
         "type": "string",
         "enum": [
@@ -177,7 +201,11 @@ OVERRIDES = {
     "recipe.evalInterval": {"type": "integer", "minimum": 0},
     "recipe.sglangMemFractionStatic": {"type": "string", "pattern": "^0?\\.[0-9]+$"},
     "recipe.sglangLogLevel": {"enum": ["debug", "info", "warning", "error", "critical"]},
-    "recipe.reward.type": {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$"},
+    # the rule-based and remote types miles' rm_hub dispatches on (miles/rollout/rm_hub/__init__.py)
+    "recipe.reward.type": {
+        "type": "string",
+        "pattern": "^(boxed_)?(remote_rm|deepscaler|dapo|math|f1|gpqa|ifbench|random)$",
+    },
     "recipe.reward.url": {"type": "string", "pattern": "^(https?://.+)?$"},
     "recipe.tracking.wandb.project": {"type": "string"},
     "recipe.extraArgs": {"type": "array", "items": {"type": ["string", "number"]}},

@@ -179,12 +179,12 @@ def make_spec(
     raw["train"]["workdir"] = str(workdir)
     raw["train"]["modelArgsCommand"] = "echo --num-layers 2 --hidden-size 64"
     raw["train"]["args"] = args if args is not None else ["--sleep", "0"]
-    raw["output"] = {
-        "dir": str(tmp / "run"),
-        "checkpointDir": str(tmp / "run/ckpt"),
-        "tensorboardDir": str(tmp / "run/tb"),
-        "provenanceFile": str(tmp / "run/provenance.json"),
-    }
+    raw["output"].update(
+        dir=str(tmp / "run"),
+        checkpointDir=str(tmp / "run/ckpt"),
+        tensorboardDir=str(tmp / "run/tb"),
+        provenanceFile=str(tmp / "run/provenance.json"),
+    )
     raw["model"]["hfPath"] = str(tmp / "model")
     topo = raw["topology"]
     topo.update(
@@ -197,6 +197,9 @@ def make_spec(
             "enginesPerWorker": 1,
             "clusterGpus": 1,
             "tensorParallel": 1,
+            "expertTensorParallel": 1,
+            "sequenceParallel": False,
+            "dataParallel": 1,
         }
     )
     raw["checks"]["nodes"]["gpusPerNode"] = 1

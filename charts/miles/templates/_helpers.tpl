@@ -81,9 +81,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- include "miles.imageRef" (dict "image" .Values.reward.image "default" .Chart.AppVersion) -}}
 {{- end -}}
 
-{{/* miles.rollingTag: "true" when the miles image uses a rolling tag and no digest. */}}
+{{/* miles.rollingTag: "true" when the miles image uses a rolling tag and no digest (upstream's CI
+moves latest/dev and deletes all but the newest 20 dev-<timestamp> tags). */}}
 {{- define "miles.rollingTag" -}}
-{{- if and (not .Values.image.digest) (has (toString .Values.image.tag) (list "latest" "dev" "nightly" "main" "")) -}}true{{- end -}}
+{{- $tag := toString .Values.image.tag -}}
+{{- if and (not .Values.image.digest) (or (has $tag (list "latest" "dev" "nightly" "main" "")) (hasPrefix "dev-" $tag)) -}}true{{- end -}}
 {{- end -}}
 
 {{/* miles.path: (dict "context" $ "path" p) -> p when absolute, else <mountPath>/p */}}
@@ -173,6 +175,16 @@ miles.quantityBytes: a Kubernetes quantity ("8Gi", "500M", "1.5Ti", "2") -> byte
 {{- mulf (float64 $m) (get $mult $suffix) -}}
 {{- else -}}
 -1
+{{- end -}}
+{{- end -}}
+
+{{/* miles.humanBytes: a byte count -> "1.9 TiB" / "56.0 GiB", for messages. */}}
+{{- define "miles.humanBytes" -}}
+{{- $b := float64 . -}}
+{{- if ge $b 1099511627776.0 -}}
+{{- printf "%.1f TiB" (divf $b 1099511627776.0) -}}
+{{- else -}}
+{{- printf "%.1f GiB" (divf $b 1073741824.0) -}}
 {{- end -}}
 {{- end -}}
 

@@ -120,6 +120,10 @@ miles-hooks, so TOKENIZERS_PARALLELISM lives in miles.podEnv only (job processes
   "PROMETHEUS_PORT" "9090"
   "RAY_memory_monitor_refresh_ms" "0"
 -}}
+{{- if $v.recipe.tracking.tensorboard -}}
+{{- /* miles/utils/tracking_utils/tensorboard_utils.py: --use-tensorboard fails without it (or --tb-project-name) */ -}}
+{{- $_ := set $env "TENSORBOARD_DIR" (printf "%s/tensorboard" (include "miles.outputDir" .)) -}}
+{{- end -}}
 {{- range $k, $val := $v.recipe.extraEnv -}}{{- $_ := set $env $k (toString $val) -}}{{- end -}}
 {{- toJson $env -}}
 {{- end -}}

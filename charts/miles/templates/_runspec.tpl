@@ -21,10 +21,19 @@ args, which the submitted entrypoint expands at run time in the same shell.
   "--pipeline-model-parallel-size" (toString $t.pipelineParallel)
   "--context-parallel-size" (toString $t.contextParallel)
   "--expert-model-parallel-size" (toString $t.expertParallel)
-  "--hf-checkpoint" (include "miles.hfPath" .)) -}}
-{{- if eq $v.model.trainBackend "megatron" -}}
-{{- $a = concat $a (list "--ref-load" (include "miles.torchDistPath" .)) -}}
+  "--expert-tensor-parallel-size" (toString $t.expertTensorParallel)) -}}
+{{- if $t.sequenceParallel -}}{{- $a = append $a "--sequence-parallel" -}}{{- end -}}
+{{- $mem := $r.memory -}}
+{{- if eq $mem.recompute "full" -}}
+{{- $a = concat $a (list "--recompute-granularity" "full" "--recompute-method" "uniform" "--recompute-num-layers" "1") -}}
+{{- else if eq $mem.recompute "selective" -}}
+{{- $a = concat $a (list "--recompute-granularity" "selective") -}}
 {{- end -}}
+{{- if $mem.optimizerCpuOffload -}}
+{{- $a = concat $a (list "--optimizer-cpu-offload" "--overlap-cpu-optimizer-d2h-h2d" "--use-precision-aware-optimizer") -}}
+{{- end -}}
+{{- $a = concat $a (list "--hf-checkpoint" (include "miles.hfPath" .)) -}}
+{{- $a = concat $a (list "--ref-load" (include "miles.torchDistPath" .)) -}}
 {{- $a = concat $a (list
   "--load" (printf "%s/checkpoints" $out)
   "--save" (printf "%s/checkpoints" $out)
@@ -32,7 +41,11 @@ args, which the submitted entrypoint expands at run time in the same shell.
   "--prompt-data" (include "miles.promptData" .)
   "--input-key" $v.data.inputKey
   "--label-key" $v.data.labelKey) -}}
+{{- if gt (int $r.checkpoint.retainInterval) 0 -}}
+{{- $a = concat $a (list "--save-retain-interval" (toString (int $r.checkpoint.retainInterval))) -}}
+{{- end -}}
 {{- if $v.data.applyChatTemplate -}}{{- $a = append $a "--apply-chat-template" -}}{{- end -}}
+{{- if $r.rolloutShuffle -}}{{- $a = append $a "--rollout-shuffle" -}}{{- end -}}
 {{- if and $v.data.evalData (gt (int $r.evalInterval) 0) -}}
 {{- $a = append $a "--eval-prompt-data" -}}
 {{- range $v.data.evalData -}}
@@ -53,16 +66,27 @@ args, which the submitted entrypoint expands at run time in the same shell.
   "--rollout-max-response-len" (toString (int $r.rolloutMaxResponseLen))
   "--rollout-temperature" (toString $r.rolloutTemperature)
   "--lr" (toString $r.lr)
-  "--advantage-estimator" $r.advantageEstimator) -}}
+  "--lr-decay-style" $r.lrDecayStyle
+  "--weight-decay" (toString $r.weightDecay)
+  "--adam-beta2" (toString $r.adamBeta2)
+  "--attention-dropout" (toString $r.dropout)
+  "--hidden-dropout" (toString $r.dropout)
+  "--advantage-estimator" $r.advantageEstimator
+  "--eps-clip-high" (toString $r.epsClipHigh)) -}}
+{{- /* miles_validate_args: the reinforce_plus_plus estimators require advantage normalization */ -}}
+{{- if hasPrefix "reinforce_plus_plus" $r.advantageEstimator -}}{{- $a = append $a "--normalize-advantages" -}}{{- end -}}
 {{- if gt (int $r.maxTokensPerGpu) 0 -}}
 {{- $a = concat $a (list "--use-dynamic-batch-size" "--max-tokens-per-gpu" (toString (int $r.maxTokensPerGpu))) -}}
 {{- end -}}
 {{- $a = concat $a (list
   "--sglang-mem-fraction-static" (toString $r.sglangMemFractionStatic)
   "--sglang-log-level" $r.sglangLogLevel) -}}
-{{- if $r.tracking.tensorboard -}}
-{{- $a = concat $a (list "--use-tensorboard" "--tensorboard-dir" (printf "%s/tensorboard" $out)) -}}
+{{- with $r.sglangMoeRunnerBackend -}}{{- $a = concat $a (list "--sglang-moe-runner-backend" .) -}}{{- end -}}
+{{- if gt (int $r.sglangExpertParallel) 0 -}}
+{{- $a = concat $a (list "--sglang-expert-parallel-size" (toString (int $r.sglangExpertParallel))) -}}
 {{- end -}}
+{{- /* miles' TensorBoard writer takes its directory from TENSORBOARD_DIR (miles.runtimeEnv) */ -}}
+{{- if $r.tracking.tensorboard -}}{{- $a = append $a "--use-tensorboard" -}}{{- end -}}
 {{- if $r.tracking.wandb.enabled -}}
 {{- $a = concat $a (list "--use-wandb" "--wandb-project" $r.tracking.wandb.project "--wandb-group" (default .Release.Name $r.tracking.wandb.group)) -}}
 {{- end -}}
@@ -100,7 +124,7 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- $rewardUrl := include "miles.rewardUrl" . -}}
 {{- $gpuChecks := $v.checks.gpu -}}
 {{- $spec := dict
-  "schemaVersion" 1
+  "schemaVersion" 2
   "release" (dict "name" .Release.Name "namespace" .Release.Namespace "revision" (int .Release.Revision) "fullname" $full "chartVersion" .Chart.Version "appVersion" .Chart.AppVersion)
   "mode" $v.mode
   "images" (dict "miles" (include "miles.image" .) "hooks" (include "miles.hooksImage" .) "milesRollingTag" (eq (include "miles.rollingTag" .) "true"))
@@ -122,7 +146,8 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
     "hfPath" (include "miles.hfPath" .)
     "torchDistPath" (include "miles.torchDistPath" .)
     "trainBackend" $v.model.trainBackend
-    "parameterCount" (int64 $v.model.parameterCount))
+    "parameterCount" (int64 $v.model.parameterCount)
+    "architecture" (include "miles.architecture" . | fromJson))
   "data" (dict
     "promptData" (include "miles.promptData" .)
     "evalData" $evalData
@@ -133,7 +158,8 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
     "dir" $out
     "checkpointDir" (printf "%s/checkpoints" $out)
     "tensorboardDir" (printf "%s/tensorboard" $out)
-    "provenanceFile" (printf "%s/provenance.json" $out))
+    "provenanceFile" (printf "%s/provenance.json" $out)
+    "checkpointBudget" (include "miles.checkpointBudget" . | fromJson))
   "train" (dict
     "entrypoint" $v.recipe.entrypoint
     "workdir" "/root/miles"
@@ -166,7 +192,7 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
       "stallMinutes" (int $v.checks.health.stallMinutes)))
   "prepare" (dict "download" $v.hooks.prepareData.download "hfEndpointEnv" $v.hooks.prepareData.hfEndpointEnv)
   "convert" (dict
-    "enabled" (and $v.hooks.convert.enabled (eq $v.model.trainBackend "megatron"))
+    "enabled" $v.hooks.convert.enabled
     "command" $v.hooks.convert.command
     "nprocPerNode" (int $v.hooks.convert.nprocPerNode)
     "lockStaleSeconds" (int $v.hooks.convert.lockStaleSeconds))

@@ -4,7 +4,7 @@ Runs inside the miles image (GPUs, torch, the upstream converter) with this pack
 init container, so it imports only the standard library (and torch lazily, to read ``.metadata``).
 
 Sequence:
-1. ``model.trainBackend: fsdp`` or ``convert.enabled: false`` → nothing to do.
+1. ``convert.enabled: false`` → nothing to do.
 2. Fast path: the published target's marker names the same source (HF path, repo, revision, sha256 of
    ``config.json``) and every recorded file is present with its size → skip (seconds, no torch).
 3. Take ``.<target>.lock`` next to the target (stale-lock recovery, heartbeat); re-check 2 (another
@@ -288,9 +288,6 @@ def _cleanup_leftovers(target: Path) -> None:
 
 def run(spec: RunSpec, timeout: float = 4 * 3600.0, force: bool = False) -> dict[str, Any]:
     raw = spec.raw
-    if raw["model"]["trainBackend"] == "fsdp":
-        LOG.info("model.trainBackend is fsdp: training reads the HF checkpoint, no conversion needed")
-        return {"converted": False, "skipped": True, "reason": "fsdp"}
     if not raw["convert"]["enabled"]:
         LOG.info("convert.enabled is false: skipping")
         return {"converted": False, "skipped": True, "reason": "disabled"}

@@ -103,11 +103,15 @@ def api_failure(what: str, exc: BaseException) -> CheckFailed:
 
 
 def parse_count(value: Any) -> int:
-    """An extended-resource quantity (``"8"``, ``"15"``, ``"1k"``) as an integer count; 0 when absent."""
+    """A Kubernetes quantity as an integer: a count (``"8"``, ``"1k"``) or bytes (``"1200Gi"``,
+    ``"1.2Ti"``); 0 when absent or unreadable."""
     if value is None:
         return 0
     text = str(value).strip()
-    suffixes = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    suffixes = {
+        "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+        "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    }  # fmt: skip
     for suffix, factor in sorted(suffixes.items(), key=lambda kv: -len(kv[0])):
         if text.endswith(suffix):
             return int(float(text[: -len(suffix)]) * factor)

@@ -96,9 +96,7 @@ def render(spec: RunSpec) -> str:
         f"model       {m['repoId']}@{m['revision']} (profile {m['profile']}, backend {m['trainBackend']})"
     )
     lines.append(f"  hf        {m['hfPath']}")
-    lines.append(
-        f"  torch_dist {m['torchDistPath']}" + ("  (not used: fsdp)" if m["trainBackend"] == "fsdp" else "")
-    )
+    lines.append(f"  torch_dist {m['torchDistPath']}")
     lines.append(f"data        {raw['data']['promptData']}")
     for ev in raw["data"]["evalData"]:
         lines.append(f"  eval      {ev['name']}: {ev['path']}")

@@ -20,6 +20,7 @@ from typing import Any
 
 from miles_hooks import log
 from miles_hooks.errors import CheckFailed
+from miles_hooks.fsutil import human_bytes
 from miles_hooks.kube import parse_count
 from miles_hooks.spec import RunSpec
 
@@ -297,12 +298,13 @@ def topology_findings(raw: dict[str, Any]) -> list[Finding]:
                 f"({model_parallel}); change the parallelism or the actor node count",
             )
         )
-    if t["actorGpus"] % t["expertParallel"]:
+    expert_layout = t["expertTensorParallel"] * t["expertParallel"] * t["pipelineParallel"]
+    if t["actorGpus"] % expert_layout:
         out.append(
             Finding(
                 ERROR,
                 "topology.expertParallel",
-                f"actor GPUs ({t['actorGpus']}) must be a multiple of EP ({t['expertParallel']})",
+                f"actor GPUs ({t['actorGpus']}) must be a multiple of ETP x EP x PP ({expert_layout})",
             )
         )
     if t["rolloutGpusPerEngine"] > t["gpusPerWorker"]:
@@ -386,6 +388,45 @@ def pvc_findings(pvc: dict[str, Any] | None, raw: dict[str, Any]) -> list[Findin
     if not out:
         out.append(Finding(INFO, subject, "Bound, ReadWriteMany"))
     return out
+
+
+def space_findings(pvc: dict[str, Any] | None, raw: dict[str, Any]) -> list[Finding]:
+    """The claim's capacity against the space the run needs (output.checkpointBudget, computed by the
+    chart: the most checkpoints on disk at once, the HF checkpoint and the torch_dist conversion).
+    A claim the chart creates is checked at render time instead."""
+    budget = raw["output"]["checkpointBudget"]
+    subject = f"persistentvolumeclaim/{raw['storage']['claimName']}"
+    if pvc is None or raw["storage"]["createdByChart"] or budget["totalBytes"] <= 0:
+        return []
+    status_capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+    requested = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    capacity = parse_count(status_capacity or requested)
+    if capacity <= 0:
+        return [Finding(WARNING, subject, "no capacity on the claim; the checkpoint space was not checked")]
+    need = budget["totalBytes"]
+    breakdown = (
+        f"{budget['savedCheckpoints']} checkpoint(s) on disk at once x "
+        f"{human_bytes(budget['checkpointBytes'])} "
+        f"+ HF {human_bytes(budget['hfBytes'])} + torch_dist {human_bytes(budget['torchDistBytes'])} "
+        f"(model.parameterCount {raw['model']['parameterCount']:,})"
+    )
+    if need > capacity:
+        return [
+            Finding(
+                ERROR,
+                subject,
+                f"capacity {human_bytes(capacity)}, expected at least {human_bytes(need)} for this run: "
+                f"{breakdown}; use a larger claim, set recipe.checkpoint.retainInterval, or raise "
+                "recipe.saveInterval",
+            )
+        ]
+    return [
+        Finding(
+            INFO,
+            subject,
+            f"capacity {human_bytes(capacity)} holds the run's {human_bytes(need)}: {breakdown}",
+        )
+    ]
 
 
 def secret_findings(found: dict[str, dict[str, Any] | None], raw: dict[str, Any]) -> list[Finding]:
@@ -518,6 +559,7 @@ def gather(spec: RunSpec, api: Any) -> list[Finding]:
                     f"reading persistentvolumeclaim/{raw['storage']['claimName']}", exc
                 ) from exc
     findings.extend(pvc_findings(pvc, raw))
+    findings.extend(space_findings(pvc, raw))
 
     found: dict[str, dict[str, Any] | None] = {}
     for ref in raw["secrets"]:

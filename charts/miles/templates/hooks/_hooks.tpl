@@ -13,11 +13,9 @@ Post-install/post-upgrade steps run only in rayCluster mode; convert only for th
 {{- if $v.hooks.enabled -}}
 {{- if $v.hooks.preflight.enabled -}}{{- $steps = append $steps (dict "key" "preflight" "step" "preflight" "runSpec" $pre) -}}{{- end -}}
 {{- if $v.hooks.prepareData.enabled -}}{{- $steps = append $steps (dict "key" "prepareData" "step" "prepare-data" "runSpec" $pre) -}}{{- end -}}
-{{- if eq $v.model.trainBackend "megatron" -}}
 {{- if $v.hooks.convert.enabled -}}{{- $steps = append $steps (dict "key" "convert" "step" "convert" "name" "convert" "runSpec" $pre) -}}{{- end -}}
 {{- /* The CPU check stands alone too: with convert off (e.g. Argo CD after the first sync) it validates the published checkpoint. */ -}}
 {{- if $v.hooks.convertCheck.enabled -}}{{- $steps = append $steps (dict "key" "convertCheck" "step" "convert" "name" "convert-check" "runSpec" $pre) -}}{{- end -}}
-{{- end -}}
 {{- if eq $v.mode "rayCluster" -}}
 {{- if $v.hooks.waitReady.enabled -}}{{- $steps = append $steps (dict "key" "waitReady" "step" "wait-ready" "runSpec" $post) -}}{{- end -}}
 {{- if $v.hooks.verify.enabled -}}{{- $steps = append $steps (dict "key" "verify" "step" "verify" "runSpec" $post) -}}{{- end -}}
