@@ -161,6 +161,15 @@ def test_invalid_converter_output_is_never_published(tmp_path: Path, fault: str,
     assert not list(target.parent.glob(".*.tmp-*")) and not (target.parent / f".{target.name}.lock").exists()
 
 
+def test_image_without_model_args_utils_is_named(tmp_path: Path) -> None:
+    raw = conv_spec(tmp_path)
+    raw["train"]["modelArgsCommand"] = f"{sys.executable} {tmp_path}/no/model_args_utils.py qwen3-4B"
+    proc = run_cli("convert", "--spec", str(write(tmp_path / "run.json", raw)))
+    assert proc.returncode == 1
+    assert "set image.tag to v0.1.0 or newer" in proc.stderr
+    assert not Path(raw["model"]["torchDistPath"]).exists()
+
+
 def test_missing_hf_checkpoint_is_a_clear_failure(tmp_path: Path) -> None:
     raw = conv_spec(tmp_path)
     (Path(raw["model"]["hfPath"]) / "config.json").unlink()

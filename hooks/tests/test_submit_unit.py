@@ -39,7 +39,13 @@ def test_entrypoint_sources_legacy_profile_scripts(tmp_path: Path) -> None:
 
 def test_entrypoint_fails_when_model_args_fail_or_are_empty(tmp_path: Path) -> None:
     failing = run_entrypoint(tmp_path, "exit 7", ["--x"])
-    assert failing.returncode == 7 and failing.stdout == ""
+    assert failing.returncode == 2 and failing.stdout == ""
+    # an image older than miles v0.1.0 has no model_args_utils.py: the message says what to change
+    old_image = run_entrypoint(tmp_path, f"{sys.executable} /root/miles/no/model_args_utils.py qwen3-4B", [])
+    assert old_image.returncode == 2 and old_image.stdout == ""
+    assert "model_args_utils.py" in old_image.stderr  # python's own error, then ours
+    assert "model.profile names no profile of this miles image" in old_image.stderr
+    assert "set image.tag to v0.1.0 or newer" in old_image.stderr
     empty = run_entrypoint(tmp_path, "echo '  '", ["--x"])
     assert empty.returncode == 2 and "printed nothing" in empty.stderr
 

@@ -38,6 +38,7 @@ from typing import Any
 from miles_hooks import fsutil, log
 from miles_hooks.errors import CheckFailed, HookTimeout
 from miles_hooks.lockfile import FileLock
+from miles_hooks.model_args import expand_model_args
 from miles_hooks.spec import RunSpec
 
 LOG = log.get("convert")
@@ -84,10 +85,7 @@ def converter_argv(raw: dict[str, Any], save_dir: str) -> list[str]:
     body = "; ".join(
         [
             "set -eo pipefail",
-            f"MODEL_ARGS=$({raw['train']['modelArgsCommand']})",
-            'if [ -z "${MODEL_ARGS//[[:space:]]/}" ]; then echo "miles-hooks: train.modelArgsCommand printed '
-            'nothing" >&2; exit 2; fi',
-            "set -f",
+            *expand_model_args(raw),
             'exec "$@" $MODEL_ARGS --hf-checkpoint '
             + shlex.quote(str(raw["model"]["hfPath"]))
             + " --save "

@@ -20,6 +20,7 @@ from typing import Any
 
 from miles_hooks import __version__, fsutil, log, rayjobs
 from miles_hooks.errors import CheckFailed
+from miles_hooks.model_args import expand_model_args
 from miles_hooks.spec import RunSpec, job_hash
 
 LOG = log.get("submit")
@@ -44,19 +45,11 @@ def build_entrypoint(raw: dict[str, Any]) -> str:
     workdir = str(train["workdir"])
     script = posixpath.join(workdir, str(train["entrypoint"]))
     args = " ".join(shlex.quote(str(a)) for a in train["args"])
-    profile = str(raw["model"]["profile"])
     body = "; ".join(
         [
             "set -eo pipefail",
             f"cd {shlex.quote(workdir)}",
-            f"MODEL_ARGS=$({train['modelArgsCommand']})",
-            'if [ -z "${MODEL_ARGS//[[:space:]]/}" ]; then echo '
-            + shlex.quote(
-                f"miles-hooks: the model args command for profile {profile} printed nothing "
-                "(train.modelArgsCommand)"
-            )
-            + " >&2; exit 2; fi",
-            "set -f",
+            *expand_model_args(raw),
             f"exec python3 {shlex.quote(script)} $MODEL_ARGS" + (f" {args}" if args else ""),
         ]
     )
