@@ -28,12 +28,12 @@ lint-chart:
 	ct lint --config ci/ct.yaml --charts $(CHART)
 
 lint-python:
-	ruff check hooks/ tests/ ci/ images/
-	ruff format --check hooks/ tests/ ci/ images/
+	ruff check hooks/ tests/ ci/ images/ charts/miles/files/
+	ruff format --check hooks/ tests/ ci/ images/ charts/miles/files/
 	mypy --config-file hooks/pyproject.toml hooks/src
 	mypy --config-file images/reward-service/pyproject.toml images/reward-service/src images/reward-service/tests
 	mypy --strict --ignore-missing-imports tests/bench/reward
-	mypy --strict --ignore-missing-imports ci/miles-contract tests/contract
+	mypy --strict --ignore-missing-imports ci/miles-contract tests/contract charts/miles/files
 
 lint-docker:
 	ci/hadolint.sh

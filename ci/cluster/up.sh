@@ -52,6 +52,8 @@ ray_cmd=("$root/.venv/bin/ray" start --head --block --disable-usage-stats
   --num-cpus=0 --num-gpus=0
   --object-store-memory=$((256*1024*1024)) --temp-dir="$RAY_TMP")
 export PATH="$root/.venv/bin:$PATH" RAY_USAGE_STATS_ENABLED=0
+# The stand-in train.py hands its argv to miles' real parser: the contract venv `make tools` builds.
+export MILES_CONTRACT_PYTHON="$root/.tools/miles-contract/bin/python" MILES_CONTRACT_DRIVER="$root/ci/miles-contract/parse_argv.py"
 fake_miles=""
 if [[ $FAKE_MILES == 1 ]] && unshare -m --propagation private true 2>/dev/null; then
   fake_miles="$here/fake-miles"

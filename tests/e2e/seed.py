@@ -53,7 +53,12 @@ def seed(fsx: Path, revision: str = "main") -> Path:
             "num_hidden_layers": layers,
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
+            "head_dim": hidden // 4,
             "intermediate_size": 4 * hidden,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000,
+            "tie_word_embeddings": True,
+            "max_position_embeddings": 4096,
             "torch_dtype": "bfloat16",
         }
         write(d / "config.json", json.dumps(config, indent=1) + "\n")

@@ -163,6 +163,15 @@ moves latest/dev and deletes all but the newest 20 dev-<timestamp> tags). */}}
 {{- end -}}
 
 {{/*
+miles.rewardClient: "true" when miles scores through the chart's retrying remote_rm client
+(files/k8s_remote_rm.py, mounted into the miles pods): miles' built-in remote_rm posts once and fails
+the run on the first refused connection or 503 (miles/rollout/rm_hub/__init__.py).
+*/}}
+{{- define "miles.rewardClient" -}}
+{{- if and (eq (include "miles.rewardType" .) "remote_rm") .Values.recipe.reward.retry.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/*
 miles.quantityBytes: a Kubernetes quantity ("8Gi", "500M", "1.5Ti", "2") -> bytes as a float string;
 "-1" when it cannot be parsed (the validation reports it).
 */}}

@@ -13,6 +13,8 @@ Input: (dict "context" $ "component" "head" "pod" (dict ...)) where pod may hold
   shmSize                        non-empty: memory-backed /dev/shm of that size
   tmp                            true: an emptyDir at /tmp (read-only root filesystems)
   runSpec                        name of a ConfigMap mounted read-only at /etc/miles
+  milesPlugins                   true: the chart's miles plugins (the retrying reward client) inside
+                                 /root/miles/miles_plugins, when the run uses them
   volumes                        extra volumes (list)
   initContainers                 list of container maps (already complete)
   container                      the main container map: name, image, imagePullPolicy, command, args,
@@ -41,6 +43,13 @@ Output: a PodTemplateSpec (metadata + spec) as YAML.
 {{- $volumes = append $volumes (dict "name" "run-spec" "configMap" (dict "name" $p.runSpec)) -}}
 {{- $mounts = append $mounts (dict "name" "run-spec" "mountPath" "/etc/miles" "readOnly" true) -}}
 {{- end -}}
+{{- $annotations := merge (dict) (default (dict) $p.annotations) $v.scheduling.podAnnotations -}}
+{{- if and $p.milesPlugins (include "miles.rewardClient" $ctx) -}}
+{{- $volumes = append $volumes (dict "name" "miles-plugins" "configMap" (dict "name" (include "miles.componentName" (dict "context" $ctx "component" "plugins")))) -}}
+{{- $mounts = append $mounts (dict "name" "miles-plugins" "mountPath" "/root/miles/miles_plugins/k8s_remote_rm.py" "subPath" "k8s_remote_rm.py" "readOnly" true) -}}
+{{- /* a subPath mount never sees a ConfigMap update: a new client is a new pod template */ -}}
+{{- $annotations = merge $annotations (dict "miles.radixark.io/plugins-sha256" ($ctx.Files.Get "files/k8s_remote_rm.py" | sha256sum)) -}}
+{{- end -}}
 {{- $volumes = concat $volumes (default (list) $p.volumes) -}}
 {{- $container := deepCopy $p.container -}}
 {{- $_ := set $container "volumeMounts" (concat $mounts (default (list) $p.container.volumeMounts)) -}}
@@ -66,7 +75,6 @@ Output: a PodTemplateSpec (metadata + spec) as YAML.
 {{- with $v.scheduling.priorityClassName -}}{{- $_ := set $spec "priorityClassName" . -}}{{- end -}}
 {{- with $v.scheduling.schedulerName -}}{{- $_ := set $spec "schedulerName" . -}}{{- end -}}
 {{- end -}}
-{{- $annotations := merge (dict) (default (dict) $p.annotations) $v.scheduling.podAnnotations -}}
 metadata:
   labels:
     {{- include "miles.podLabels" (dict "context" $ctx "component" .component "extra" $p.labels) | nindent 4 }}
@@ -123,6 +131,9 @@ miles-hooks, so TOKENIZERS_PARALLELISM lives in miles.podEnv only (job processes
 {{- if $v.recipe.tracking.tensorboard -}}
 {{- /* miles/utils/tracking_utils/tensorboard_utils.py: --use-tensorboard fails without it (or --tb-project-name) */ -}}
 {{- $_ := set $env "TENSORBOARD_DIR" (printf "%s/tensorboard" (include "miles.outputDir" .)) -}}
+{{- end -}}
+{{- if include "miles.rewardClient" . -}}
+{{- $_ := set $env "MILES_RM_RETRY_SECONDS" (toString (int $v.recipe.reward.retry.seconds)) -}}
 {{- end -}}
 {{- range $k, $val := $v.recipe.extraEnv -}}{{- $_ := set $env $k (toString $val) -}}{{- end -}}
 {{- toJson $env -}}

@@ -49,6 +49,7 @@ be raised the container exits with a message instead of starting a raylet that d
   "scheduling" true
   "storage" true
   "shmSize" $rc.head.shmSize
+  "milesPlugins" true
   "volumes" $rc.head.extraVolumes
   "container" $headContainer
 -}}
@@ -93,6 +94,7 @@ be raised the container exits with a message instead of starting a raylet that d
   "storage" true
   "shmSize" $rc.workers.shmSize
   "restartPolicy" "Never"
+  "milesPlugins" true
   "volumes" $rc.workers.extraVolumes
   "container" $wContainer
 -}}

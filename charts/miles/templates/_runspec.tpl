@@ -57,6 +57,9 @@ args, which the submitted entrypoint expands at run time in the same shell.
 {{- with include "miles.rewardUrl" . -}}
 {{- if eq (include "miles.rewardType" $) "remote_rm" -}}{{- $a = concat $a (list "--rm-url" .) -}}{{- end -}}
 {{- end -}}
+{{- if include "miles.rewardClient" . -}}
+{{- $a = concat $a (list "--custom-rm-path" "miles_plugins.k8s_remote_rm.remote_rm") -}}
+{{- end -}}
 {{- $a = concat $a (list
   "--num-rollout" (toString (int $r.numRollout))
   "--rollout-batch-size" (toString (int $r.rolloutBatchSize))

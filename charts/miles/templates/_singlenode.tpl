@@ -40,6 +40,7 @@ node, the upstream launcher with a local Ray, configured through MILES_SCRIPT_* 
   "scheduling" true
   "storage" true
   "shmSize" $v.rayCluster.workers.shmSize
+  "milesPlugins" true
   "restartPolicy" "Never"
   "container" $container
 -}}

@@ -1,55 +1,73 @@
-"""Testbed stand-in for miles' train.py: checks the derived arguments, simulates rollouts, trains nothing."""
+"""Testbed stand-in for miles' train.py: upstream's own argument parser checks the argv, then rollouts
+are simulated; nothing is trained.
 
-import argparse
+The arguments go through the real ``miles.utils.arguments.parse_args`` (PyPI miles-rl in the contract
+venv that `make tools` builds, driven by ci/miles-contract/parse_argv.py), with this job's environment,
+the run's real paths on the shared storage and the HF config.json prepare-data fetched. The local Ray
+head's environment names the interpreter and the driver (``MILES_CONTRACT_PYTHON``,
+``MILES_CONTRACT_DRIVER``; ci/cluster/up.sh sets them).
+"""
+
+import json
 import os
+import subprocess
 import sys
 import time
 
+# The GPUs of the product's nodes (H100/H200) as Megatron's device probes see them.
+HOPPER = {"major": 9, "minor": 0}
+
+
+def parse_with_upstream(argv: list[str]) -> dict:
+    python = os.environ.get("MILES_CONTRACT_PYTHON", "")
+    driver = os.environ.get("MILES_CONTRACT_DRIVER", "")
+    if not (os.path.exists(python) and os.path.exists(driver)):
+        raise SystemExit(
+            f"testbed train.py: MILES_CONTRACT_PYTHON={python!r} / MILES_CONTRACT_DRIVER={driver!r} do not "
+            "name the contract venv's python and parse_argv.py (ci/cluster/up.sh sets them; run `make tools`)"
+        )
+    # The job's PYTHONPATH starts with /root/miles, which here is this stand-in: keep it away from the
+    # interpreter that imports the real miles package.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    doc = {"argv": argv, "env": env, "device": HOPPER}
+    done = subprocess.run(
+        [python, driver], input=json.dumps(doc), env=env, capture_output=True, text=True, check=False
+    )
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        raise SystemExit(
+            f"testbed train.py: parse_argv.py exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        ) from None
+
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--num-layers", type=int, required=True)  # from model_args_utils.py: proves the expansion
-    p.add_argument("--actor-num-nodes", type=int, required=True)
-    p.add_argument("--actor-num-gpus-per-node", type=int, required=True)
-    p.add_argument("--num-gpus-per-node", type=int, required=True)
-    p.add_argument("--rollout-num-gpus", type=int, required=True)
-    p.add_argument("--rollout-num-gpus-per-engine", type=int, required=True)
-    p.add_argument("--colocate", action="store_true")
-    p.add_argument("--hf-checkpoint", required=True)
-    p.add_argument("--save", required=True)
-    p.add_argument("--prompt-data", required=True)
-    p.add_argument("--num-rollout", type=int, required=True)
-    p.add_argument("--rollout-batch-size", type=int, required=True)
-    p.add_argument("--n-samples-per-prompt", type=int, required=True)
-    p.add_argument("--global-batch-size", type=int, required=True)
-    p.add_argument("--num-steps-per-rollout", type=int, default=1)
-    a, rest = p.parse_known_args()
-    problems = []
-    if a.rollout_batch_size * a.n_samples_per_prompt != a.global_batch_size * a.num_steps_per_rollout:
-        problems.append(
-            "rollout_batch_size x n_samples_per_prompt != global_batch_size x num_steps_per_rollout"
+    result = parse_with_upstream(sys.argv[1:])
+    if not result["ok"]:
+        print("\n".join(result.get("log") or []), file=sys.stderr)
+        print(
+            f"testbed train.py: miles' own parser refused the arguments at {result['stage']} "
+            f"({result.get('where')}): {result.get('error')}",
+            file=sys.stderr,
         )
-    if a.colocate and a.rollout_num_gpus != a.actor_num_nodes * a.actor_num_gpus_per_node:
-        problems.append("colocated run: rollout GPUs != actor nodes x GPUs per node")
-    for path in (a.hf_checkpoint, a.prompt_data):
-        if not os.path.exists(path):
-            problems.append(f"{path} does not exist")
-    if problems:
-        print("testbed train.py: invalid arguments: " + "; ".join(problems), file=sys.stderr)
         return 2
+    a = result["args"]
     print(
-        f"testbed train.py (stand-in, trains nothing): {a.actor_num_nodes} actor node(s), "
-        f"colocate={a.colocate}, {len(rest)} other args",
+        "testbed train.py (stand-in, trains nothing): miles' parser accepted the arguments: "
+        f"{a['actor_num_nodes']} actor node(s) x {a['actor_num_gpus_per_node']} GPUs, "
+        f"colocate={a['colocate']}, "
+        f"TP{a['tensor_model_parallel_size']} PP{a['pipeline_model_parallel_size']} "
+        f"EP{a['expert_model_parallel_size']}, {a['rollout_num_gpus']} rollout GPUs",
         flush=True,
     )
     budget = float(os.environ.get("TESTBED_TRAIN_SECONDS", "600"))
     step = float(os.environ.get("TESTBED_ROLLOUT_SECONDS", "2"))
     start = time.monotonic()
-    for i in range(a.num_rollout):
+    for i in range(a["num_rollout"]):
         if time.monotonic() - start >= budget:
             break
         print(f"rollout {i}: raw_reward=0.0 (simulated)", flush=True)
-        time.sleep(step)
+        time.sleep(step)  # the simulated rollout itself
     print("testbed train.py: done", flush=True)
     return 0
 

@@ -147,8 +147,11 @@ class Service:
         return int(self.proc.returncode)
 
 
-def start_service(env: Mapping[str, str], log_path: Path, wait_ready: bool = True) -> Service:
-    port = free_port()
+def start_service(
+    env: Mapping[str, str], log_path: Path, wait_ready: bool = True, port: int | None = None
+) -> Service:
+    """Starts the service on ``port`` (a free one by default: a restart passes the old one's)."""
+    port = port or free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("REWARD_")}
     full_env.update({"REWARD_PORT": str(port), "REWARD_LOG_LEVEL": "info", **env})
     log_file = log_path.open("wb")

@@ -15,7 +15,14 @@ def main() -> int:
             f"unknown model profile {profile!r} (testbed stand-in knows {sorted(PROFILES)})", file=sys.stderr
         )
         return 2
-    print("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 256 --vocab-size 1024")
+    # upstream's qwen3 profile flags with the tiny shapes of the testbed's config.json (tests/e2e/seed.py),
+    # so miles' own hf_validate_args accepts them in the stand-in train.py
+    print(
+        "--swiglu --num-layers 2 --hidden-size 64 --ffn-hidden-size 256 --num-attention-heads 4 "
+        "--group-query-attention --num-query-groups 2 --use-rotary-position-embeddings "
+        "--disable-bias-linear --normalization RMSNorm --norm-epsilon 1e-6 --rotary-base 1000000 "
+        "--vocab-size 1024 --kv-channels 16 --qk-layernorm"
+    )
     return 0
 
 
