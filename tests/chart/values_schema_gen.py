@@ -357,6 +357,7 @@ pos_ints = {
     "recipe.numStepsPerRollout",
     "recipe.rolloutMaxResponseLen",
     "recipe.saveInterval",
+    "recipe.reward.retry.seconds",
     "hooks.convert.nprocPerNode",
     "hooks.convert.lockStaleSeconds",
     "reward.workers",

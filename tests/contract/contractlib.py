@@ -66,6 +66,18 @@ def model_args(profile: str) -> list[str]:
     return " ".join(lines).split()
 
 
+def launcher_args(launcher: str, model_name: str, dirs: dict[str, str]) -> list[str]:
+    """What upstream's launcher puts before the chart's extra args (a fixture taken from miles v0.1.0),
+    with its {model_dir}, {data_dir} and {output_dir} filled in."""
+    path = CONTRACT / "launcher-args" / f"{Path(launcher).stem}-{model_name}.args"
+    if not path.exists():
+        raise AssertionError(
+            f"no launcher-args fixture for {launcher} {model_name}: add {path.relative_to(REPO)}"
+        )
+    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return " ".join(lines).format(**dirs).split()
+
+
 def main_only_flags() -> dict[str, int]:
     """Flags of miles `main` that 0.0.2 lacks, which the chart may emit: flag -> number of values.
     Each entry of ci/miles-contract/main-only-flags.yaml names the upstream commit that added it."""

@@ -12,12 +12,23 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from contractlib import SCENARIOS, contract_python, document, model_args, parse, render, run_spec
+import yaml
+from contractlib import (
+    SCENARIOS,
+    contract_python,
+    document,
+    launcher_args,
+    model_args,
+    parse,
+    render,
+    run_spec,
+)
 
 
 def spec_of(scenario: str, *sets: str) -> dict[str, Any]:
@@ -69,6 +80,43 @@ def test_every_scenario_starts_on_the_real_parser(scenario: str) -> None:
     assert (args["num_experts"] or 0) == arch["numExperts"]
     assert args["use_tensorboard"] is True
     assert args["train_backend"] == "megatron"
+
+
+def test_single_node_launcher_with_the_chart_args_starts_on_the_real_parser() -> None:
+    """The single-node Job runs upstream's launcher, which puts its own recipe first and the chart's
+    args (MILES_SCRIPT_EXTRA_ARGS) last: the whole argv must parse, the chart's values must win, and
+    what the launcher adds that the chart cannot take back shows (docs/recipes.md)."""
+    manifest = render(SCENARIOS["single-node"])
+    spec = run_spec(manifest)
+    [job] = [
+        d
+        for d in yaml.safe_load_all(manifest)
+        if d and d["kind"] == "Job" and "-train-" in d["metadata"]["name"]
+    ]
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    extra = shlex.split(env["MILES_SCRIPT_EXTRA_ARGS"])
+    assert extra == spec["train"]["args"]
+    dirs = {
+        "model_dir": env["MILES_SCRIPT_MODEL_DIR"],
+        "data_dir": env["MILES_SCRIPT_DATA_DIR"],
+        "output_dir": env["MILES_SCRIPT_OUTPUT_DIR"],
+    }
+    launcher = launcher_args(
+        job["spec"]["template"]["spec"]["containers"][0]["args"][-1].split()[-1],
+        env["MILES_SCRIPT_MODEL_NAME"],
+        dirs,
+    )
+    args = assert_ok(
+        parse(document(spec, model_args(spec["model"]["profile"]) + launcher + extra)), "single-node"
+    )
+    topo = spec["topology"]
+    assert args["tensor_model_parallel_size"] == topo["tensorParallel"]  # the launcher's TP 2 overridden
+    assert args["rollout_num_gpus_per_engine"] == topo["rolloutGpusPerEngine"]
+    assert args["world_size"] == topo["actorGpus"] and args["colocate"] is True
+    assert args["num_rollout"] == int(extra[extra.index("--num-rollout") + 1])
+    assert args["save"] == spec["output"]["checkpointDir"]
+    assert args["ref_load"] == spec["model"]["torchDistPath"]
+    assert args["use_kl_loss"] is True  # from the launcher's recipe: no flag of the chart turns it off
 
 
 def test_tensorboard_tracking_needs_the_runtime_env_the_chart_sets() -> None:

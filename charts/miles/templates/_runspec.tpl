@@ -46,6 +46,7 @@ args, which the submitted entrypoint expands at run time in the same shell.
 {{- end -}}
 {{- if $v.data.applyChatTemplate -}}{{- $a = append $a "--apply-chat-template" -}}{{- end -}}
 {{- if $r.rolloutShuffle -}}{{- $a = append $a "--rollout-shuffle" -}}{{- end -}}
+{{- if $r.balanceData -}}{{- $a = append $a "--balance-data" -}}{{- end -}}
 {{- if and $v.data.evalData (gt (int $r.evalInterval) 0) -}}
 {{- $a = append $a "--eval-prompt-data" -}}
 {{- range $v.data.evalData -}}

@@ -224,6 +224,10 @@ Included at the top of every template so a bad value never renders a partial rel
 {{- $e = append $e "secrets.wandb.existingSecret: expected a Secret name when recipe.tracking.wandb.enabled is true, found none" -}}
 {{- end -}}
 {{- if eq $v.mode "singleNode" -}}
+{{- /* miles/utils/external_utils/command_utils.py get_default_wandb_args: with WANDB_API_KEY in its env the launcher puts --wandb-key <value> on the job's command line */ -}}
+{{- if $v.secrets.wandb.existingSecret -}}
+{{- $e = append $e (printf "secrets.wandb.existingSecret: expected none when mode is singleNode (upstream's launcher copies WANDB_API_KEY into the Ray job's command line as --wandb-key, where ray job list and the logs show it), found %q" $v.secrets.wandb.existingSecret) -}}
+{{- end -}}
 {{- if gt (int $t.actorNodes) 1 -}}
 {{- $e = append $e (printf "topology.actorNodes: expected 1 when mode is singleNode, found %d" (int $t.actorNodes)) -}}
 {{- end -}}
