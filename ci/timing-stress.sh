@@ -63,11 +63,12 @@ for condition in $conditions; do
     seed=$((RANDOM * 32768 + RANDOM))
     log="$logs/$condition-$i.log"
     start=$SECONDS
-    if pytest -p no:cacheprovider -q --random-order-bucket=module --random-order-seed="$seed" "${tiers[@]}" >"$log" 2>&1; then
+    if "$root/.venv/bin/pytest" -p no:cacheprovider -q --random-order-bucket=module --random-order-seed="$seed" \
+      "${tiers[@]}" >"$log" 2>&1; then
       result=passed
       passes[$condition]=$((passes[$condition] + 1))
     else
-      result="FAILED ($(grep -E '^(FAILED|ERROR) ' "$log" | head -3 | tr '\n' ';'))"
+      result="FAILED ($({ grep -E '^(FAILED|ERROR)' "$log" || tail -n 3 "$log"; } | head -3 | tr '\n' ';'))"
       failed=1
       cp "$log" "$results_dir/timing-stress-failed-$condition-$i.log"
     fi
