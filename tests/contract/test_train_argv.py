@@ -168,6 +168,17 @@ def test_the_fsdp_backend_is_refused_by_the_chart() -> None:
     assert "The FSDP backend has known issues" in source
 
 
+def test_distributed_post_is_refused_with_a_cpu_head_as_upstream_pins_it_to_every_node() -> None:
+    """miles' --use-distributed-post places an HTTP actor (0.001 CPU) with hard node affinity on every
+    alive Ray node; the chart's CPU head has num-cpus 0, so the run would wait for it for ever."""
+    with pytest.raises(RuntimeError, match=r"expected no --use-distributed-post with a CPU head"):
+        render(SCENARIOS["colocated"], "recipe.extraArgs={--use-distributed-post}")
+    source = upstream_source("miles.utils.http_utils")
+    assert 'ray.nodes() if n.get("Alive")' in source
+    assert "NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)" in source
+    assert "num_cpus=0.001" in source
+
+
 def upstream_source(module: str) -> str:
     """The source of an upstream module as installed in the contract venv (not imported here)."""
     done = subprocess.run(

@@ -214,6 +214,10 @@ Included at the top of every template so a bad value never renders a partial rel
 {{- if and (eq $v.mode "rayCluster") (ge $workerCpu 0.0) (lt $workerCpu (float64 $gpw)) -}}
 {{- $e = append $e (printf "rayCluster.workers.resources.requests.cpu: expected at least topology.gpusPerWorker (%d): miles places one CPU with each GPU, found %s" $gpw (toString $v.rayCluster.workers.resources.requests.cpu)) -}}
 {{- end -}}
+{{- /* miles/utils/http_utils.py init_http_client: --use-distributed-post pins an HTTP actor (0.001 CPU) to every Ray node, the head included, and a 0-CPU head never schedules it */ -}}
+{{- if and (eq $v.mode "rayCluster") (eq (int $v.rayCluster.head.gpus) 0) (has "--use-distributed-post" $r.extraArgs) -}}
+{{- $e = append $e "recipe.extraArgs: expected no --use-distributed-post with a CPU head (rayCluster.head.gpus 0 starts the head with num-cpus 0, and miles pins one HTTP actor to every Ray node: the run would wait for it for ever), found --use-distributed-post" -}}
+{{- end -}}
 {{- if and (eq $r.entrypoint "train_async.py") $t.colocate -}}
 {{- $e = append $e "recipe.entrypoint: expected train.py when topology.colocate is true (train_async.py refuses --colocate), found train_async.py" -}}
 {{- end -}}
