@@ -9,7 +9,7 @@ import pytest
 
 OVERLAY = "examples/argocd/values-argocd.yaml"
 PHASES = {"PreSync": 0, "Sync": 1, "PostSync": 2}
-# The order DESIGN.md's hook sequence prescribes, by the component label of each hook Job.
+# The order of the hook sequence (docs/hooks.md "Sequence"), by the component label of each hook Job.
 EXPECTED_JOB_ORDER = ["preflight", "prepare-data", "convert", "wait-ready", "verify", "submit"]
 
 Render = Callable[..., list[dict[str, Any]]]

@@ -100,7 +100,7 @@ args, which the submitted entrypoint expands at run time in the same shell.
 {{- end -}}
 
 {{/*
-miles.runSpec: the run spec dict (DESIGN.md "Contract: the run spec"), as pretty JSON.
+miles.runSpec: the run spec dict (docs/chart.md "The run spec"), as pretty JSON.
 Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/chart.
 */}}
 {{- define "miles.runSpec" -}}

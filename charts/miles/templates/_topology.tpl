@@ -1,5 +1,5 @@
 {{/*
-miles.topology: the single source of topology arithmetic (DESIGN.md "Topologies"), as JSON.
+miles.topology: the single source of topology arithmetic (docs/chart.md "Scenarios and what they render"), as JSON.
 Hooks never recompute it; they read it from the run spec.
   colocated:      workerReplicas = actorNodes
   disaggregated:  workerReplicas = actorNodes + ceil(rolloutEngines / enginesPerWorker)

@@ -1,5 +1,5 @@
 {{/*
-miles.hookSteps: JSON list of the hook steps this release renders, in DESIGN.md's order.
+miles.hookSteps: JSON list of the hook steps this release renders, in the order of docs/hooks.md "Sequence".
 Each: key (values key), step (CLI subcommand), name (Job suffix, default step), runSpec (ConfigMap the
 pod mounts). convert (pre-install) runs in the miles image with GPUs; convertCheck (pre-upgrade) runs
 the same step in the hooks image on CPU, because the running RayCluster holds the GPUs during an upgrade.
