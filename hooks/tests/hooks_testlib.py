@@ -49,3 +49,14 @@ def run_cli(
         check=False,
         env=env,
     )
+
+
+def read_until(proc: subprocess.Popen[str], needle: str) -> None:
+    """Reads a running hook's log (stderr, a child's output included) until a line holds ``needle``."""
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if needle in line:
+            return
+    raise AssertionError(f"the hook ended without logging {needle!r}:\n{''.join(seen)}")

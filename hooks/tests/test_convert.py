@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hooks_testlib import REPO, run_cli, spec_in, write
+from hooks_testlib import REPO, read_until, run_cli, spec_in, write
 from miles_hooks import convert
 from miles_hooks import spec as specmod
 from miles_hooks.errors import CheckFailed
@@ -212,17 +212,6 @@ def start_convert(path: Path, env: dict[str, str]) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def read_until(proc: subprocess.Popen[str], needle: str) -> None:
-    """Reads the hook's log (its converter's output included) until a line holds ``needle``."""
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if needle in line:
-            return
-    raise AssertionError(f"the convert hook ended without logging {needle!r}:\n{''.join(seen)}")
 
 
 # Where a conversion is killed, in the order they happen, and what must be published afterwards:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hooks_testlib import run_cli, spec_in, write
+from hooks_testlib import read_until, run_cli, spec_in, write
 from miles_hooks import prepare_data as pd
 from miles_hooks import spec as specmod
 from miles_hooks.errors import BadInput, CheckFailed
@@ -160,14 +160,7 @@ def test_killed_download_never_leaves_a_lying_marker(tmp_path: Path) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert proc.stderr is not None
-        seen = []
-        for line in proc.stderr:
-            seen.append(line)
-            if needle in line:
-                break
-        else:
-            raise AssertionError(f"prepare-data ended without logging {needle!r}:\n{''.join(seen)}")
+        read_until(proc, needle)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         if marker.exists():  # then it must be complete and true
