@@ -29,7 +29,10 @@ if _GATE_DIR:
     def _gated_score_safely(scorer: _worker.Scorer, sample: Sample) -> Outcome:
         if sample.response.startswith("gate:"):
             _, name, rest = sample.response.split(":", 2)
-            (_gate_dir / f"{name}.entered").write_text(str(os.getpid()))
+            # whole or not at all: the test reads the pid as soon as the file exists
+            partial = _gate_dir / f"{name}.entered.{os.getpid()}"
+            partial.write_text(str(os.getpid()))
+            os.replace(partial, _gate_dir / f"{name}.entered")
             release = _gate_dir / f"{name}.release"
             while not release.exists():  # the check "runs" until the test releases it
                 time.sleep(0.005)
