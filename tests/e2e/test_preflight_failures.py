@@ -27,10 +27,20 @@ def install_fails(ns: str, extra: list[str]) -> str:
 
 
 def test_not_enough_gpu_nodes(namespace: str, inputs_ready: Callable[..., Any]) -> None:
-    extra = ["--set", "topology.actorNodes=3", "--set", "topology.rolloutGpus=24"]
+    extra = ["--set", "topology.actorNodes=4", "--set", "topology.rolloutGpus=32"]
     inputs_ready(COLOCATED, "miles", namespace, extra)
     out = install_fails(namespace, extra)
-    assert "3" in out and "node" in out.lower(), out[-3000:]
+    assert "4" in out and "node" in out.lower(), out[-3000:]
+
+
+def test_checkpoints_beyond_the_claim(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    """The run's checkpoint budget (chart) against the real claim's capacity (1200Gi on the testbed)."""
+    extra = ["--set", "model.parameterCount=300000000000"]
+    inputs_ready(COLOCATED, "miles", namespace, extra)
+    out = install_fails(namespace, extra)
+    assert "persistentvolumeclaim/fsx-claim" in out, out[-3000:]
+    assert "capacity 1.2 TiB, expected at least" in out, out[-3000:]
+    assert "5 checkpoint(s) on disk at once" in out and "recipe.checkpoint.retainInterval" in out, out[-3000:]
 
 
 def test_efa_below_node_allocatable(namespace: str, inputs_ready: Callable[..., Any]) -> None:
