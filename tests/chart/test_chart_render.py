@@ -29,7 +29,8 @@ from chartlib import (
     tool,
 )
 
-# Expected derived topology per scenario (docs/chart.md "Scenarios and what they render"), computed by hand here.
+# Expected derived topology per scenario (docs/chart.md "Scenarios and what they render"), computed by
+# hand here.
 EXPECTED = {
     "colocated": {
         "workerReplicas": 1,
