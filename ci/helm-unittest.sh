@@ -7,7 +7,7 @@ chart=${2:?usage: helm-unittest.sh HELM CHART}
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 echo "== helm-unittest under $("$helm_bin" version --short)"
 set +e
-NO_COLOR=1 "$helm_bin" unittest "$chart" 2>&1 | tee "$out"
+NO_COLOR=1 "$helm_bin" unittest --file 'tests/**/*_test.yaml' "$chart" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
 set -e
 ((rc == 0)) || exit "$rc"

@@ -33,7 +33,7 @@ def worker_args(limit: int) -> str:
             "--kube-version",
             KUBE_VERSION,
             "-s",
-            "templates/raycluster.yaml",
+            "templates/raycluster/raycluster.yaml",
             "--set",
             f"rayCluster.workers.openFilesLimit={limit}",
         ]

@@ -228,5 +228,5 @@ def test_helm_package_holds_only_the_chart(tmp_path):
     (tgz,) = tmp_path.glob("miles-*.tgz")
     with tarfile.open(tgz) as tar:
         names = tar.getnames()
-    assert "miles/values.schema.json" in names and "miles/templates/raycluster.yaml" in names
+    assert "miles/values.schema.json" in names and "miles/templates/raycluster/raycluster.yaml" in names
     assert not [n for n in names if n.startswith(("miles/tests/", "miles/ci/"))], res.stdout

@@ -107,3 +107,17 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
 {{- end -}}
 {{- include "miles.podTemplate" (dict "context" $ctx "component" (printf "hook-%s" (default $s.step $s.name)) "pod" $pod) -}}
 {{- end -}}
+
+{{/*
+miles.hookRbacKeys: JSON list of the values keys of the hook steps (and "test" for the helm test pods)
+that run with the hooks' ServiceAccount; empty when hooks.rbac.create is false. The hook RBAC objects
+exist only when it is non-empty, and the Role grants only what these steps use.
+*/}}
+{{- define "miles.hookRbacKeys" -}}
+{{- $keys := list -}}
+{{- if .Values.hooks.rbac.create -}}
+{{- range (include "miles.hookSteps" . | fromJsonArray) }}{{ $keys = append $keys .key }}{{ end -}}
+{{- if and .Values.hooks.enabled .Values.hooks.test.enabled }}{{ $keys = append $keys "test" }}{{ end -}}
+{{- end -}}
+{{- toJson $keys -}}
+{{- end -}}
