@@ -172,32 +172,6 @@ the run on the first refused connection or 503 (miles/rollout/rm_hub/__init__.py
 {{- end -}}
 
 {{/*
-miles.quantityBytes: a Kubernetes quantity ("8Gi", "500M", "1.5Ti", "2") -> bytes as a float string;
-"-1" when it cannot be parsed (the validation reports it).
-*/}}
-{{- define "miles.quantityBytes" -}}
-{{- $q := toString . -}}
-{{- $m := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
-{{- $suffix := trimPrefix $m $q -}}
-{{- $mult := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 "m" 0.001 -}}
-{{- if and $m (hasKey $mult $suffix) -}}
-{{- mulf (float64 $m) (get $mult $suffix) -}}
-{{- else -}}
--1
-{{- end -}}
-{{- end -}}
-
-{{/* miles.humanBytes: a byte count -> "1.9 TiB" / "56.0 GiB", for messages. */}}
-{{- define "miles.humanBytes" -}}
-{{- $b := float64 . -}}
-{{- if ge $b 1099511627776.0 -}}
-{{- printf "%.1f TiB" (divf $b 1099511627776.0) -}}
-{{- else -}}
-{{- printf "%.1f GiB" (divf $b 1073741824.0) -}}
-{{- end -}}
-{{- end -}}
-
-{{/*
 miles.podLabels: (dict "context" $ "component" "x" "extra" map) -> labels of a pod template. Only
 stable labels (no chart version): a chart upgrade alone must not change the Ray pod templates.
 */}}

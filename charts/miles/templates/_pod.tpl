@@ -1,80 +1,40 @@
 {{/*
-miles.podTemplate: the ONE pod-template builder used by the Ray head, the Ray worker group, the
-single-node Job, the hook Jobs, the helm test pod and the reward Deployment.
+miles.podTemplate: the ONE pod template of the chart, used by the Ray head and worker group
+(raycluster/raycluster.yaml), the single-node Job (single-node/job.yaml), the hook Jobs and test pods
+(hooks/_hooks.tpl) and the reward Deployment (reward/deployment.yaml). Those files write their
+container as literal YAML; this template wraps it in the pod every one of them shares: labels,
+annotations, service account, security context, pull secrets, placement, and the volumes below with
+their mounts in the main container.
 
-Input: (dict "context" $ "component" "head" "pod" (dict ...)) where pod may hold:
+Input: (dict "context" $ "component" "ray-head" "pod" (dict ...)) where pod may hold:
+  container                      the main container as YAML text (no volumeMounts: see below)
+  initContainers                 init containers as YAML text (a list)
   labels, annotations            extra pod labels / annotations (maps)
   serviceAccountName, automountToken
   podSecurityContext             map
   nodeSelector, tolerations, affinity, topologySpreadConstraints
-  scheduling                     true: apply scheduling.priorityClassName / schedulerName
+  scheduling                     true: scheduling.priorityClassName / schedulerName apply
   restartPolicy, terminationGracePeriodSeconds
-  storage                        true: mount the shared claim at storage.mountPath
-  shmSize                        non-empty: memory-backed /dev/shm of that size
+  storage                        true: the shared claim at storage.mountPath
+  shmSize                        non-empty: a memory-backed /dev/shm of that size
   tmp                            true: an emptyDir at /tmp (read-only root filesystems)
-  runSpec                        name of a ConfigMap mounted read-only at /etc/miles
+  runSpec                        name of a ConfigMap mounted read-only at /etc/miles (run.json)
   milesPlugins                   true: the chart's miles plugins (the retrying reward client) inside
                                  /root/miles/miles_plugins, when the run uses them
-  volumes                        extra volumes (list)
-  initContainers                 list of container maps (already complete)
-  container                      the main container map: name, image, imagePullPolicy, command, args,
-                                 env, ports, resources, securityContext, probes..., volumeMounts (extra)
-Output: a PodTemplateSpec (metadata + spec) as YAML.
+  volumes, volumeMounts          extra volumes of the pod and mounts of the main container (lists)
+Output: a PodTemplateSpec (metadata + spec).
 */}}
 {{- define "miles.podTemplate" -}}
 {{- $ctx := .context -}}
-{{- $p := .pod -}}
 {{- $v := $ctx.Values -}}
-{{- $volumes := list -}}
-{{- $mounts := list -}}
-{{- if $p.storage -}}
-{{- $volumes = append $volumes (dict "name" "shared" "persistentVolumeClaim" (dict "claimName" (include "miles.claimName" $ctx))) -}}
-{{- $mounts = append $mounts (dict "name" "shared" "mountPath" $v.storage.mountPath) -}}
-{{- end -}}
-{{- if $p.shmSize -}}
-{{- $volumes = append $volumes (dict "name" "dshm" "emptyDir" (dict "medium" "Memory" "sizeLimit" $p.shmSize)) -}}
-{{- $mounts = append $mounts (dict "name" "dshm" "mountPath" "/dev/shm") -}}
-{{- end -}}
-{{- if $p.tmp -}}
-{{- $volumes = append $volumes (dict "name" "tmp" "emptyDir" (dict "sizeLimit" "1Gi")) -}}
-{{- $mounts = append $mounts (dict "name" "tmp" "mountPath" "/tmp") -}}
-{{- end -}}
-{{- if $p.runSpec -}}
-{{- $volumes = append $volumes (dict "name" "run-spec" "configMap" (dict "name" $p.runSpec)) -}}
-{{- $mounts = append $mounts (dict "name" "run-spec" "mountPath" "/etc/miles" "readOnly" true) -}}
-{{- end -}}
+{{- $p := .pod -}}
+{{- $plugins := and $p.milesPlugins (include "miles.rewardClient" $ctx) -}}
 {{- $annotations := merge (dict) (default (dict) $p.annotations) $v.scheduling.podAnnotations -}}
-{{- if and $p.milesPlugins (include "miles.rewardClient" $ctx) -}}
-{{- $volumes = append $volumes (dict "name" "miles-plugins" "configMap" (dict "name" (include "miles.componentName" (dict "context" $ctx "component" "plugins")))) -}}
-{{- $mounts = append $mounts (dict "name" "miles-plugins" "mountPath" "/root/miles/miles_plugins/k8s_remote_rm.py" "subPath" "k8s_remote_rm.py" "readOnly" true) -}}
+{{- if $plugins -}}
 {{- /* a subPath mount never sees a ConfigMap update: a new client is a new pod template */ -}}
 {{- $annotations = merge $annotations (dict "miles.radixark.io/plugins-sha256" ($ctx.Files.Get "files/k8s_remote_rm.py" | sha256sum)) -}}
 {{- end -}}
-{{- $volumes = concat $volumes (default (list) $p.volumes) -}}
-{{- $container := deepCopy $p.container -}}
-{{- $_ := set $container "volumeMounts" (concat $mounts (default (list) $p.container.volumeMounts)) -}}
-{{- if not $container.volumeMounts -}}{{- $_ := unset $container "volumeMounts" -}}{{- end -}}
-{{- $spec := dict "containers" (list $container) -}}
-{{- if $volumes -}}{{- $_ := set $spec "volumes" $volumes -}}{{- end -}}
-{{- if $p.initContainers -}}{{- $_ := set $spec "initContainers" $p.initContainers -}}{{- end -}}
-{{- if $p.serviceAccountName -}}{{- $_ := set $spec "serviceAccountName" $p.serviceAccountName -}}{{- end -}}
-{{- $_ := set $spec "automountServiceAccountToken" (default false $p.automountToken) -}}
-{{- if $p.podSecurityContext -}}{{- $_ := set $spec "securityContext" $p.podSecurityContext -}}{{- end -}}
-{{- if $v.imagePullSecrets -}}
-{{- $secrets := list -}}
-{{- range $v.imagePullSecrets -}}{{- $secrets = append $secrets (dict "name" .) -}}{{- end -}}
-{{- $_ := set $spec "imagePullSecrets" $secrets -}}
-{{- end -}}
-{{- if $p.nodeSelector -}}{{- $_ := set $spec "nodeSelector" $p.nodeSelector -}}{{- end -}}
-{{- if $p.tolerations -}}{{- $_ := set $spec "tolerations" $p.tolerations -}}{{- end -}}
-{{- if $p.affinity -}}{{- $_ := set $spec "affinity" $p.affinity -}}{{- end -}}
-{{- if $p.topologySpreadConstraints -}}{{- $_ := set $spec "topologySpreadConstraints" $p.topologySpreadConstraints -}}{{- end -}}
-{{- if $p.restartPolicy -}}{{- $_ := set $spec "restartPolicy" $p.restartPolicy -}}{{- end -}}
-{{- if $p.terminationGracePeriodSeconds -}}{{- $_ := set $spec "terminationGracePeriodSeconds" $p.terminationGracePeriodSeconds -}}{{- end -}}
-{{- if $p.scheduling -}}
-{{- with $v.scheduling.priorityClassName -}}{{- $_ := set $spec "priorityClassName" . -}}{{- end -}}
-{{- with $v.scheduling.schedulerName -}}{{- $_ := set $spec "schedulerName" . -}}{{- end -}}
-{{- end -}}
+{{- $volumes := or $p.storage $p.shmSize $p.tmp $p.runSpec $plugins $p.volumes -}}
 metadata:
   labels:
     {{- include "miles.podLabels" (dict "context" $ctx "component" .component "extra" $p.labels) | nindent 4 }}
@@ -83,134 +43,213 @@ metadata:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 spec:
-  {{- toYaml $spec | nindent 2 }}
-{{- end -}}
-
-{{/* miles.secretEnv: env entries (secretKeyRef) for every referenced Secret; (dict "context" $ "purposes" (list "huggingface" ...)) */}}
-{{- define "miles.secretEnv" -}}
-{{- $env := list -}}
-{{- range (include "miles.secretRefs" .context | fromJsonArray) -}}
-{{- if or (not $.purposes) (has .purpose $.purposes) -}}
-{{- $env = append $env (dict "name" .env "valueFrom" (dict "secretKeyRef" (dict "name" .name "key" .key "optional" (not .required)))) -}}
-{{- end -}}
-{{- end -}}
-{{- toJson $env -}}
-{{- end -}}
-
-{{/* miles.secretRefs: JSON list of {purpose,name,key,env,required} for every Secret the release references. */}}
-{{- define "miles.secretRefs" -}}
-{{- $v := .Values -}}
-{{- $refs := list -}}
-{{- with $v.secrets.huggingface.existingSecret -}}
-{{- $refs = append $refs (dict "purpose" "huggingface" "name" . "key" $v.secrets.huggingface.key "env" "HF_TOKEN" "required" true) -}}
-{{- end -}}
-{{- with $v.secrets.wandb.existingSecret -}}
-{{- $refs = append $refs (dict "purpose" "wandb" "name" . "key" $v.secrets.wandb.key "env" "WANDB_API_KEY" "required" $v.recipe.tracking.wandb.enabled) -}}
-{{- end -}}
-{{- range $v.secrets.extra -}}
-{{- $refs = append $refs (dict "purpose" "other" "name" .name "key" .key "env" .env "required" (ne .required false)) -}}
-{{- end -}}
-{{- toJson $refs -}}
+  {{- with $p.serviceAccountName }}
+  serviceAccountName: {{ . }}
+  {{- end }}
+  automountServiceAccountToken: {{ default false $p.automountToken }}
+  {{- with $p.podSecurityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $v.imagePullSecrets }}
+  imagePullSecrets:
+    {{- range . }}
+    - name: {{ . }}
+    {{- end }}
+  {{- end }}
+  {{- if $p.scheduling }}
+  {{- with $v.scheduling.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  {{- with $v.scheduling.schedulerName }}
+  schedulerName: {{ . }}
+  {{- end }}
+  {{- end }}
+  {{- with $p.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $p.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $p.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $p.topologySpreadConstraints }}
+  topologySpreadConstraints:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $p.restartPolicy }}
+  restartPolicy: {{ . }}
+  {{- end }}
+  {{- with $p.terminationGracePeriodSeconds }}
+  terminationGracePeriodSeconds: {{ . }}
+  {{- end }}
+  {{- with $p.initContainers }}
+  initContainers:
+    {{- . | nindent 4 }}
+  {{- end }}
+  containers:
+    - {{ $p.container | trim | nindent 6 | trim }}
+      {{- if or $volumes $p.volumeMounts }}
+      volumeMounts:
+        {{- if $p.storage }}
+        - name: shared
+          mountPath: {{ $v.storage.mountPath }}
+        {{- end }}
+        {{- if $p.shmSize }}
+        - name: dshm
+          mountPath: /dev/shm
+        {{- end }}
+        {{- if $p.tmp }}
+        - name: tmp
+          mountPath: /tmp
+        {{- end }}
+        {{- if $p.runSpec }}
+        - name: run-spec
+          mountPath: /etc/miles
+          readOnly: true
+        {{- end }}
+        {{- if $plugins }}
+        - name: miles-plugins
+          mountPath: /root/miles/miles_plugins/k8s_remote_rm.py
+          subPath: k8s_remote_rm.py
+          readOnly: true
+        {{- end }}
+        {{- with $p.volumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- end }}
+  {{- if $volumes }}
+  volumes:
+    {{- if $p.storage }}
+    - name: shared
+      persistentVolumeClaim:
+        claimName: {{ include "miles.claimName" $ctx }}
+    {{- end }}
+    {{- if $p.shmSize }}
+    - name: dshm
+      emptyDir:
+        medium: Memory
+        sizeLimit: {{ $p.shmSize }}
+    {{- end }}
+    {{- if $p.tmp }}
+    - name: tmp
+      emptyDir:
+        sizeLimit: 1Gi
+    {{- end }}
+    {{- if $p.runSpec }}
+    - name: run-spec
+      configMap:
+        name: {{ $p.runSpec }}
+    {{- end }}
+    {{- if $plugins }}
+    - name: miles-plugins
+      configMap:
+        name: {{ include "miles.componentName" (dict "context" $ctx "component" "plugins") }}
+    {{- end }}
+    {{- with $p.volumes }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- end }}
 {{- end -}}
 
 {{/*
-miles.runtimeEnv: non-secret env shared by Ray pods, the single-node pod and the Ray job runtime env
-(name -> value). Names that look like credentials (…TOKEN…) are refused in the runtime env by
-miles-hooks, so TOKENIZERS_PARALLELISM lives in miles.podEnv only (job processes inherit it from the raylet).
+miles.podTemplateHashText: a rendered pod template (parsed) -> the text the RayCluster and single-node
+Job name hashes are taken over. It is the layout earlier chart versions hashed (labels in selector
+order, then everything else sorted), kept byte for byte: a chart upgrade that renders the same pods
+must not rename, and so recreate, a running cluster or Job.
 */}}
-{{- define "miles.runtimeEnv" -}}
-{{- $v := .Values -}}
-{{- $env := dict
-  "PYTHONPATH" "/root/miles:/root/Megatron-LM"
-  "CUDA_DEVICE_MAX_CONNECTIONS" "1"
-  "NCCL_NVLS_ENABLE" (toString $v.rayCluster.workers.nccl.nvlsEnable)
-  "PYTHONUNBUFFERED" "1"
-  "PROMETHEUS_PORT" "9090"
-  "RAY_memory_monitor_refresh_ms" "0"
--}}
-{{- if $v.recipe.tracking.tensorboard -}}
-{{- /* miles/utils/tracking_utils/tensorboard_utils.py: --use-tensorboard fails without it (or --tb-project-name) */ -}}
-{{- $_ := set $env "TENSORBOARD_DIR" (printf "%s/tensorboard" (include "miles.outputDir" .)) -}}
-{{- end -}}
-{{- if include "miles.rewardClient" . -}}
-{{- $_ := set $env "MILES_RM_RETRY_SECONDS" (toString (int $v.recipe.reward.retry.seconds)) -}}
-{{- end -}}
-{{- range $k, $val := $v.recipe.extraEnv -}}{{- $_ := set $env $k (toString $val) -}}{{- end -}}
-{{- toJson $env -}}
+{{- define "miles.podTemplateHashText" -}}
+{{- $std := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/part-of" -}}
+{{- $labels := .metadata.labels -}}
+metadata:
+  labels:
+    {{- range $std }}
+    {{ . }}: {{ get $labels . }}
+    {{- end }}
+    {{- range $k, $val := omit $labels "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/part-of" }}
+    {{ $k }}: {{ $val | quote }}
+    {{- end }}
+  {{- with .metadata.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+spec:
+  {{- toYaml .spec | nindent 2 }}
 {{- end -}}
 
-{{/* miles.podEnv: env list of every Ray / single-node container: the runtime env plus pod-only settings. */}}
+{{/* miles.secretEnv: env entries (secretKeyRef) of the referenced Secrets (miles.secretRefs); (dict "context" $ "purposes" (list "huggingface" ...)), no purposes = all. */}}
+{{- define "miles.secretEnv" -}}
+{{- range (include "miles.secretRefs" .context | fromJsonArray) }}
+{{- if or (not $.purposes) (has .purpose $.purposes) }}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .key }}
+      optional: {{ not .required }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* miles.podEnv: env of every Ray / single-node container: the run's runtime env (miles.runtimeEnv) plus pod-only settings. */}}
 {{- define "miles.podEnv" -}}
-{{- $env := list -}}
-{{- range $k, $val := (include "miles.runtimeEnv" . | fromJson) -}}
-{{- $env = append $env (dict "name" $k "value" $val) -}}
-{{- end -}}
-{{- toJson (append $env (dict "name" "TOKENIZERS_PARALLELISM" "value" "false")) -}}
+{{- range $k, $val := (include "miles.runtimeEnv" . | fromJson) }}
+- name: {{ $k }}
+  value: {{ $val | quote }}
+{{- end }}
+- name: TOKENIZERS_PARALLELISM
+  value: "false"
 {{- end -}}
 
-{{/* miles.gpuEnv: env list of GPU pods (Ray workers, single node): pod env + NCCL/EFA + secrets. */}}
+{{/* miles.gpuEnv: env of the GPU pods (Ray workers, single node): pod env, NCCL and EFA settings, secrets. */}}
 {{- define "miles.gpuEnv" -}}
 {{- $v := .Values -}}
-{{- $env := include "miles.podEnv" . | fromJsonArray -}}
-{{- $nccl := $v.rayCluster.workers.nccl -}}
-{{- $env = concat $env (list (dict "name" "NCCL_DEBUG" "value" $nccl.debug) (dict "name" "NCCL_PROTO" "value" $nccl.proto) (dict "name" "NCCL_SOCKET_IFNAME" "value" $nccl.socketIfname)) -}}
-{{- if gt (int $v.rayCluster.workers.efa.count) 0 -}}
-{{- $env = concat $env (list (dict "name" "FI_PROVIDER" "value" "efa") (dict "name" "FI_EFA_USE_DEVICE_RDMA" "value" "1") (dict "name" "FI_EFA_FORK_SAFE" "value" "1") (dict "name" "RDMAV_FORK_SAFE" "value" "1")) -}}
-{{- end -}}
-{{- $env = concat $env (include "miles.secretEnv" (dict "context" .) | fromJsonArray) -}}
-{{- toJson $env -}}
+{{- include "miles.podEnv" . }}
+- name: NCCL_DEBUG
+  value: {{ $v.rayCluster.workers.nccl.debug | quote }}
+- name: NCCL_PROTO
+  value: {{ $v.rayCluster.workers.nccl.proto | quote }}
+- name: NCCL_SOCKET_IFNAME
+  value: {{ $v.rayCluster.workers.nccl.socketIfname | quote }}
+{{- if gt (int $v.rayCluster.workers.efa.count) 0 }}
+- name: FI_PROVIDER
+  value: efa
+- name: FI_EFA_USE_DEVICE_RDMA
+  value: "1"
+- name: FI_EFA_FORK_SAFE
+  value: "1"
+- name: RDMAV_FORK_SAFE
+  value: "1"
+{{- end }}
+{{- include "miles.secretEnv" (dict "context" .) }}
 {{- end -}}
 
-{{/* miles.gpuResources: (dict "context" $ "base" resources "gpus" n "efa" bool) -> resources with GPU (and EFA) requests = limits. */}}
+{{/*
+miles.gpuResources: (dict "context" $ "base" resources "gpus" n "efa" bool) -> the container's
+requests and limits: those of base, plus n GPUs and (efa) the node's EFA devices, requests = limits.
+*/}}
 {{- define "miles.gpuResources" -}}
 {{- $v := .context.Values -}}
-{{- $res := deepCopy (default (dict) .base) -}}
-{{- $req := default (dict) $res.requests -}}
-{{- $lim := default (dict) $res.limits -}}
-{{- if gt (int .gpus) 0 -}}
-{{- $_ := set $req $v.rayCluster.workers.gpuResource (toString .gpus) -}}
-{{- $_ := set $lim $v.rayCluster.workers.gpuResource (toString .gpus) -}}
-{{- end -}}
-{{- if and .efa (gt (int $v.rayCluster.workers.efa.count) 0) -}}
-{{- $_ := set $req $v.rayCluster.workers.efa.resourceName (toString $v.rayCluster.workers.efa.count) -}}
-{{- $_ := set $lim $v.rayCluster.workers.efa.resourceName (toString $v.rayCluster.workers.efa.count) -}}
-{{- end -}}
-{{- toJson (dict "requests" $req "limits" $lim) -}}
-{{- end -}}
-
-{{/* miles.pools: JSON {head|worker|reward|hooks: {nodeSelector, tolerations}} after presets. */}}
-{{- define "miles.pools" -}}
-{{- $v := .Values -}}
-{{- $headSel := deepCopy $v.rayCluster.head.nodeSelector -}}
-{{- $workerSel := deepCopy $v.rayCluster.workers.nodeSelector -}}
-{{- $rewardSel := deepCopy $v.reward.nodeSelector -}}
-{{- $headTol := $v.rayCluster.head.tolerations -}}
-{{- $workerTol := $v.rayCluster.workers.tolerations -}}
-{{- $rewardTol := $v.reward.tolerations -}}
-{{- $hooksSel := deepCopy $v.hooks.nodeSelector -}}
-{{- $hooksTol := $v.hooks.tolerations -}}
-{{- if eq $v.cluster.preset "hyperpod" -}}
-{{- $hp := $v.cluster.hyperpod -}}
-{{- $health := dict "sagemaker.amazonaws.com/node-health-status" "Schedulable" -}}
-{{- $headSel = merge $headSel $health -}}
-{{- $workerSel = merge $workerSel $health -}}
-{{- $rewardSel = merge $rewardSel $health -}}
-{{- $hooksSel = merge $hooksSel $health -}}
-{{- with $hp.workerInstanceGroup -}}{{- $_ := set $workerSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
-{{- with $hp.headInstanceGroup -}}
-{{- $_ := set $headSel "sagemaker.amazonaws.com/instance-group-name" . -}}
-{{- if not (hasKey $v.hooks.nodeSelector "sagemaker.amazonaws.com/instance-group-name") -}}{{- $_ := set $hooksSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
-{{- end -}}
-{{- with $hp.rewardInstanceGroup -}}{{- $_ := set $rewardSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
-{{- $tol := dict "key" "sagemaker.amazonaws.com/node-health-status" "operator" "Exists" "effect" "NoExecute" "tolerationSeconds" (int $hp.healthTaintTolerationSeconds) -}}
-{{- $headTol = append $headTol $tol -}}
-{{- $workerTol = append $workerTol $tol -}}
-{{- $rewardTol = append $rewardTol $tol -}}
-{{- $hooksTol = append $hooksTol $tol -}}
-{{- end -}}
-{{- toJson (dict
-  "head" (dict "nodeSelector" $headSel "tolerations" $headTol)
-  "worker" (dict "nodeSelector" $workerSel "tolerations" $workerTol)
-  "reward" (dict "nodeSelector" $rewardSel "tolerations" $rewardTol)
-  "hooks" (dict "nodeSelector" $hooksSel "tolerations" $hooksTol)) -}}
+{{- $gpu := $v.rayCluster.workers.gpuResource -}}
+{{- $efa := $v.rayCluster.workers.efa.resourceName -}}
+{{- $efaCount := ternary (int $v.rayCluster.workers.efa.count) 0 (eq .efa true) -}}
+{{- range $kind := list "requests" "limits" }}
+{{- $base := default (dict) (get (default (dict) $.base) $kind) }}
+{{- if gt (int $.gpus) 0 }}{{ $base = omit $base $gpu }}{{ end }}
+{{- if gt $efaCount 0 }}{{ $base = omit $base $efa }}{{ end }}
+{{ $kind }}:{{ if and (not $base) (le (int $.gpus) 0) (le $efaCount 0) }} {}{{ end }}
+  {{- with $base }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- if gt (int $.gpus) 0 }}
+  {{ $gpu }}: {{ $.gpus | toString | quote }}
+  {{- end }}
+  {{- if gt $efaCount 0 }}
+  {{ $efa }}: {{ $efaCount | toString | quote }}
+  {{- end }}
+{{- end }}
 {{- end -}}

@@ -203,3 +203,46 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 -}}
 {{- toPrettyJson $spec -}}
 {{- end -}}
+
+{{/* miles.secretRefs: JSON list of {purpose,name,key,env,required} for every Secret the release references. */}}
+{{- define "miles.secretRefs" -}}
+{{- $v := .Values -}}
+{{- $refs := list -}}
+{{- with $v.secrets.huggingface.existingSecret -}}
+{{- $refs = append $refs (dict "purpose" "huggingface" "name" . "key" $v.secrets.huggingface.key "env" "HF_TOKEN" "required" true) -}}
+{{- end -}}
+{{- with $v.secrets.wandb.existingSecret -}}
+{{- $refs = append $refs (dict "purpose" "wandb" "name" . "key" $v.secrets.wandb.key "env" "WANDB_API_KEY" "required" $v.recipe.tracking.wandb.enabled) -}}
+{{- end -}}
+{{- range $v.secrets.extra -}}
+{{- $refs = append $refs (dict "purpose" "other" "name" .name "key" .key "env" .env "required" (ne .required false)) -}}
+{{- end -}}
+{{- toJson $refs -}}
+{{- end -}}
+
+{{/*
+miles.runtimeEnv: non-secret env shared by Ray pods, the single-node pod and the Ray job runtime env
+(name -> value). Names that look like credentials (…TOKEN…) are refused in the runtime env by
+miles-hooks, so TOKENIZERS_PARALLELISM lives in miles.podEnv only (job processes inherit it from the raylet).
+*/}}
+{{- define "miles.runtimeEnv" -}}
+{{- $v := .Values -}}
+{{- $env := dict
+  "PYTHONPATH" "/root/miles:/root/Megatron-LM"
+  "CUDA_DEVICE_MAX_CONNECTIONS" "1"
+  "NCCL_NVLS_ENABLE" (toString $v.rayCluster.workers.nccl.nvlsEnable)
+  "PYTHONUNBUFFERED" "1"
+  "PROMETHEUS_PORT" "9090"
+  "RAY_memory_monitor_refresh_ms" "0"
+-}}
+{{- if $v.recipe.tracking.tensorboard -}}
+{{- /* miles/utils/tracking_utils/tensorboard_utils.py: --use-tensorboard fails without it (or --tb-project-name) */ -}}
+{{- $_ := set $env "TENSORBOARD_DIR" (printf "%s/tensorboard" (include "miles.outputDir" .)) -}}
+{{- end -}}
+{{- if include "miles.rewardClient" . -}}
+{{- $_ := set $env "MILES_RM_RETRY_SECONDS" (toString (int $v.recipe.reward.retry.seconds)) -}}
+{{- end -}}
+{{- range $k, $val := $v.recipe.extraEnv -}}{{- $_ := set $env $k (toString $val) -}}{{- end -}}
+{{- toJson $env -}}
+{{- end -}}
+

@@ -126,186 +126,39 @@ miles.checkpointBudget: the space the run needs on the shared volume, as JSON (b
   "totalBytes" (add (mul $peak $perCheckpoint) $weights $weights)) -}}
 {{- end -}}
 
-{{/*
-miles.validate: every value check, collected and reported in ONE fail (field, expected, found).
-Included at the top of every template so a bad value never renders a partial release.
-*/}}
-{{- define "miles.validate" -}}
+{{/* miles.pools: JSON {head|worker|reward|hooks: {nodeSelector, tolerations}} after presets. */}}
+{{- define "miles.pools" -}}
 {{- $v := .Values -}}
-{{- $t := $v.topology -}}
-{{- $topo := include "miles.topology" . | fromJson -}}
-{{- $e := list -}}
-{{- $actorGpus := int $topo.actorGpus -}}
-{{- $perEngine := int $t.rolloutGpusPerEngine -}}
-{{- $gpw := int $t.gpusPerWorker -}}
-{{- if ne 0 (mod (int $t.rolloutGpus) $perEngine) -}}
-{{- $e = append $e (printf "topology.rolloutGpus: expected a multiple of topology.rolloutGpusPerEngine (%d), found %d" $perEngine (int $t.rolloutGpus)) -}}
+{{- $headSel := deepCopy $v.rayCluster.head.nodeSelector -}}
+{{- $workerSel := deepCopy $v.rayCluster.workers.nodeSelector -}}
+{{- $rewardSel := deepCopy $v.reward.nodeSelector -}}
+{{- $headTol := $v.rayCluster.head.tolerations -}}
+{{- $workerTol := $v.rayCluster.workers.tolerations -}}
+{{- $rewardTol := $v.reward.tolerations -}}
+{{- $hooksSel := deepCopy $v.hooks.nodeSelector -}}
+{{- $hooksTol := $v.hooks.tolerations -}}
+{{- if eq $v.cluster.preset "hyperpod" -}}
+{{- $hp := $v.cluster.hyperpod -}}
+{{- $health := dict "sagemaker.amazonaws.com/node-health-status" "Schedulable" -}}
+{{- $headSel = merge $headSel $health -}}
+{{- $workerSel = merge $workerSel $health -}}
+{{- $rewardSel = merge $rewardSel $health -}}
+{{- $hooksSel = merge $hooksSel $health -}}
+{{- with $hp.workerInstanceGroup -}}{{- $_ := set $workerSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
+{{- with $hp.headInstanceGroup -}}
+{{- $_ := set $headSel "sagemaker.amazonaws.com/instance-group-name" . -}}
+{{- if not (hasKey $v.hooks.nodeSelector "sagemaker.amazonaws.com/instance-group-name") -}}{{- $_ := set $hooksSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
 {{- end -}}
-{{- if gt $perEngine $gpw -}}
-{{- $e = append $e (printf "topology.rolloutGpusPerEngine: expected at most topology.gpusPerWorker (%d), found %d" $gpw $perEngine) -}}
-{{- else if ne 0 (mod $gpw $perEngine) -}}
-{{- $e = append $e (printf "topology.rolloutGpusPerEngine: expected a divisor of topology.gpusPerWorker (%d), found %d" $gpw $perEngine) -}}
+{{- with $hp.rewardInstanceGroup -}}{{- $_ := set $rewardSel "sagemaker.amazonaws.com/instance-group-name" . -}}{{- end -}}
+{{- $tol := dict "key" "sagemaker.amazonaws.com/node-health-status" "operator" "Exists" "effect" "NoExecute" "tolerationSeconds" (int $hp.healthTaintTolerationSeconds) -}}
+{{- $headTol = append $headTol $tol -}}
+{{- $workerTol = append $workerTol $tol -}}
+{{- $rewardTol = append $rewardTol $tol -}}
+{{- $hooksTol = append $hooksTol $tol -}}
 {{- end -}}
-{{- /* --num-gpus-per-node is the pod's GPUs, and miles derives each actor's local rank from it (miles/ray/train_actor.py) */ -}}
-{{- if ne (int $t.actorGpusPerNode) $gpw -}}
-{{- $e = append $e (printf "topology.actorGpusPerNode: expected topology.gpusPerWorker (%d): each actor node is one whole worker pod, found %d" $gpw (int $t.actorGpusPerNode)) -}}
-{{- end -}}
-{{- if and $t.colocate (ne (int $t.rolloutGpus) $actorGpus) -}}
-{{- $e = append $e (printf "topology.rolloutGpus: expected actorNodes × actorGpusPerNode = %d when topology.colocate is true, found %d" $actorGpus (int $t.rolloutGpus)) -}}
-{{- end -}}
-{{- $tpc := mul (int $t.tensorParallel) (int $t.pipelineParallel) (int $t.contextParallel) -}}
-{{- if ne 0 (mod $actorGpus $tpc) -}}
-{{- $e = append $e (printf "topology.tensorParallel×pipelineParallel×contextParallel: expected a divisor of the actor GPUs (%d), found %d" $actorGpus $tpc) -}}
-{{- end -}}
-{{- /* megatron/core/parallel_state.py initialize_model_parallel: the expert layout is ETP×EP×PP */ -}}
-{{- $etp := int $topo.expertTensorParallel -}}
-{{- $epLayout := mul $etp (int $t.expertParallel) (int $t.pipelineParallel) -}}
-{{- if ne 0 (mod $actorGpus $epLayout) -}}
-{{- $e = append $e (printf "topology.expertParallel: expected expertTensorParallel×expertParallel×pipelineParallel (%d×%d×%d = %d) to divide the actor GPUs (%d) (Megatron's expert layout)" $etp (int $t.expertParallel) (int $t.pipelineParallel) $epLayout $actorGpus) -}}
-{{- end -}}
-{{- $arch := include "miles.architecture" . | fromJson -}}
-{{- if $arch.known -}}
-{{- $moe := gt (int $arch.numExperts) 0 -}}
-{{- /* megatron/core/transformer/attention.py: heads and query groups are split across TP ranks */ -}}
-{{- if ne 0 (mod (int $arch.numAttentionHeads) (int $t.tensorParallel)) -}}
-{{- $e = append $e (printf "topology.tensorParallel: expected a divisor of the model's %d attention heads (profile %s), found %d" (int $arch.numAttentionHeads) $v.model.profile (int $t.tensorParallel)) -}}
-{{- end -}}
-{{- if ne 0 (mod (int $arch.numQueryGroups) (int $t.tensorParallel)) -}}
-{{- $e = append $e (printf "topology.tensorParallel: expected a divisor of the model's %d query groups (profile %s), found %d" (int $arch.numQueryGroups) $v.model.profile (int $t.tensorParallel)) -}}
-{{- end -}}
-{{- /* megatron/training/arguments.py validate_args: layers split evenly across pipeline stages */ -}}
-{{- if ne 0 (mod (int $arch.numLayers) (int $t.pipelineParallel)) -}}
-{{- $e = append $e (printf "topology.pipelineParallel: expected a divisor of the model's %d layers (profile %s), found %d" (int $arch.numLayers) $v.model.profile (int $t.pipelineParallel)) -}}
-{{- end -}}
-{{- /* megatron/training/arguments.py validate_args: expert parallelism needs experts, in equal shares */ -}}
-{{- if and (gt (int $t.expertParallel) 1) (not $moe) -}}
-{{- $e = append $e (printf "topology.expertParallel: expected 1 for the dense model of profile %s (no experts to distribute), found %d" $v.model.profile (int $t.expertParallel)) -}}
-{{- else if and $moe (ne 0 (mod (int $arch.numExperts) (int $t.expertParallel))) -}}
-{{- $e = append $e (printf "topology.expertParallel: expected a divisor of the model's %d experts (profile %s), found %d" (int $arch.numExperts) $v.model.profile (int $t.expertParallel)) -}}
-{{- end -}}
-{{- /* megatron/core/transformer/moe/moe_layer.py MoELayer.forward raises in training when TP > 1 without sequence parallelism */ -}}
-{{- if and $moe (gt (int $t.tensorParallel) 1) (not $t.sequenceParallel) -}}
-{{- $e = append $e (printf "topology.sequenceParallel: expected true for the MoE model of profile %s with tensorParallel %d (Megatron's MoE layer refuses to train with TP > 1 and no sequence parallelism), found false" $v.model.profile (int $t.tensorParallel)) -}}
-{{- end -}}
-{{- end -}}
-{{- if and (gt (int $t.expertTensorParallel) 0) (eq (int $t.expertParallel) 1) (ne (int $t.expertTensorParallel) (int $t.tensorParallel)) -}}
-{{- $e = append $e (printf "topology.expertTensorParallel: expected 0 (or tensorParallel) without expert parallelism, found %d" (int $t.expertTensorParallel)) -}}
-{{- end -}}
-{{- $r := $v.recipe -}}
-{{- $lhs := mul (int $r.rolloutBatchSize) (int $r.nSamplesPerPrompt) -}}
-{{- $rhs := mul (int $r.globalBatchSize) (int $r.numStepsPerRollout) -}}
-{{- if ne $lhs $rhs -}}
-{{- $e = append $e (printf "recipe.globalBatchSize: expected rolloutBatchSize×nSamplesPerPrompt (%d×%d = %d) to equal globalBatchSize×numStepsPerRollout, found %d×%d = %d" (int $r.rolloutBatchSize) (int $r.nSamplesPerPrompt) $lhs (int $r.globalBatchSize) (int $r.numStepsPerRollout) $rhs) -}}
-{{- end -}}
-{{- /* megatron/core/num_microbatches_calculator.py: the global batch splits over the data-parallel ranks */ -}}
-{{- if ne 0 (mod (int $r.globalBatchSize) (int $topo.dataParallel)) -}}
-{{- $e = append $e (printf "recipe.globalBatchSize: expected a multiple of the data-parallel size (actor GPUs %d ÷ (TP×PP×CP) = %d), found %d" $actorGpus (int $topo.dataParallel) (int $r.globalBatchSize)) -}}
-{{- end -}}
-{{- /* megatron/training/arguments.py validate_args: save_retain_interval % save_interval == 0 */ -}}
-{{- $retain := int $r.checkpoint.retainInterval -}}
-{{- if and (gt $retain 0) (ne 0 (mod $retain (int $r.saveInterval))) -}}
-{{- $e = append $e (printf "recipe.checkpoint.retainInterval: expected a multiple of recipe.saveInterval (%d), found %d" (int $r.saveInterval) $retain) -}}
-{{- end -}}
-{{- if and (gt (int $r.sglangExpertParallel) 0) (ne 0 (mod $perEngine (int $r.sglangExpertParallel))) -}}
-{{- $e = append $e (printf "recipe.sglangExpertParallel: expected a divisor of topology.rolloutGpusPerEngine (%d, the SGLang engine's tensor-parallel size), found %d" $perEngine (int $r.sglangExpertParallel)) -}}
-{{- end -}}
-{{- /* miles/ray/placement_group.py: one {GPU: 1, CPU: 1} bundle per actor or rollout GPU on the workers */ -}}
-{{- $workerCpu := include "miles.quantityBytes" (default "" $v.rayCluster.workers.resources.requests.cpu) | float64 -}}
-{{- if and (eq $v.mode "rayCluster") (ge $workerCpu 0.0) (lt $workerCpu (float64 $gpw)) -}}
-{{- $e = append $e (printf "rayCluster.workers.resources.requests.cpu: expected at least topology.gpusPerWorker (%d): miles places one CPU with each GPU, found %s" $gpw (toString $v.rayCluster.workers.resources.requests.cpu)) -}}
-{{- end -}}
-{{- /* miles/utils/http_utils.py init_http_client: --use-distributed-post pins an HTTP actor (0.001 CPU) to every Ray node, the head included, and a 0-CPU head never schedules it */ -}}
-{{- if and (eq $v.mode "rayCluster") (eq (int $v.rayCluster.head.gpus) 0) (has "--use-distributed-post" $r.extraArgs) -}}
-{{- $e = append $e "recipe.extraArgs: expected no --use-distributed-post with a CPU head (rayCluster.head.gpus 0 starts the head with num-cpus 0, and miles pins one HTTP actor to every Ray node: the run would wait for it for ever), found --use-distributed-post" -}}
-{{- end -}}
-{{- if and (eq $r.entrypoint "train_async.py") $t.colocate -}}
-{{- $e = append $e "recipe.entrypoint: expected train.py when topology.colocate is true (train_async.py refuses --colocate), found train_async.py" -}}
-{{- end -}}
-{{- if and (eq $r.reward.type "remote_rm") (not $r.reward.url) (not $v.reward.enabled) -}}
-{{- $e = append $e "recipe.reward.url: expected a URL (or reward.enabled: true) when recipe.reward.type is remote_rm, found none" -}}
-{{- end -}}
-{{- if and $r.tracking.wandb.enabled (not $v.secrets.wandb.existingSecret) -}}
-{{- $e = append $e "secrets.wandb.existingSecret: expected a Secret name when recipe.tracking.wandb.enabled is true, found none" -}}
-{{- end -}}
-{{- if eq $v.mode "singleNode" -}}
-{{- /* miles/utils/external_utils/command_utils.py get_default_wandb_args: with WANDB_API_KEY in its env the launcher puts --wandb-key <value> on the job's command line */ -}}
-{{- if $v.secrets.wandb.existingSecret -}}
-{{- $e = append $e (printf "secrets.wandb.existingSecret: expected none when mode is singleNode (upstream's launcher copies WANDB_API_KEY into the Ray job's command line as --wandb-key, where ray job list and the logs show it), found %q" $v.secrets.wandb.existingSecret) -}}
-{{- end -}}
-{{- if gt (int $t.actorNodes) 1 -}}
-{{- $e = append $e (printf "topology.actorNodes: expected 1 when mode is singleNode, found %d" (int $t.actorNodes)) -}}
-{{- end -}}
-{{- if not $t.colocate -}}
-{{- $e = append $e "topology.colocate: expected true when mode is singleNode (the upstream launcher always passes --colocate), found false" -}}
-{{- end -}}
-{{- $hf := include "miles.hfPath" . -}}
-{{- if ne (base $hf) $v.singleNode.modelName -}}
-{{- $e = append $e (printf "singleNode.modelName: expected the directory name of the HF checkpoint (%q, from model.hfPath %s; the launcher reads <model-dir>/<model-name>), found %q" (base $hf) $hf $v.singleNode.modelName) -}}
-{{- end -}}
-{{- if ne (include "miles.torchDistPath" .) (printf "%s_torch_dist" $hf) -}}
-{{- $e = append $e (printf "model.torchDistPath: expected %s_torch_dist when mode is singleNode (the launcher's --ref-load), found %s" $hf (include "miles.torchDistPath" .)) -}}
-{{- end -}}
-{{- end -}}
-{{- $headShm := include "miles.quantityBytes" $v.rayCluster.head.shmSize | float64 -}}
-{{- $headMem := include "miles.quantityBytes" (default "" $v.rayCluster.head.resources.limits.memory) | float64 -}}
-{{- if or (lt $headShm 0.0) (lt $headMem 0.0) -}}
-{{- $e = append $e (printf "rayCluster.head.shmSize / rayCluster.head.resources.limits.memory: expected Kubernetes quantities, found %q / %q" (toString $v.rayCluster.head.shmSize) (toString $v.rayCluster.head.resources.limits.memory)) -}}
-{{- else if gt $headShm $headMem -}}
-{{- $e = append $e (printf "rayCluster.head.shmSize: expected at most rayCluster.head.resources.limits.memory (%s), found %s" (toString $v.rayCluster.head.resources.limits.memory) (toString $v.rayCluster.head.shmSize)) -}}
-{{- end -}}
-{{- $wShm := include "miles.quantityBytes" $v.rayCluster.workers.shmSize | float64 -}}
-{{- $wMem := include "miles.quantityBytes" (default "" $v.rayCluster.workers.resources.limits.memory) | float64 -}}
-{{- if and (ge $wShm 0.0) (ge $wMem 0.0) (gt $wShm $wMem) -}}
-{{- $e = append $e (printf "rayCluster.workers.shmSize: expected at most rayCluster.workers.resources.limits.memory (%s), found %s" (toString $v.rayCluster.workers.resources.limits.memory) (toString $v.rayCluster.workers.shmSize)) -}}
-{{- end -}}
-{{- $full := include "miles.fullname" . -}}
-{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) -}}
-{{- $e = append $e (printf "fullnameOverride (or the release name): expected a DNS-1035 name (lowercase letters, digits, '-', starting with a letter), found %q" $full) -}}
-{{- end -}}
-{{- $rcName := default $full $v.rayCluster.name -}}
-{{- $maxLen := 53 -}}
-{{- if and (eq $v.rayCluster.upgradeStrategy.type "Recreate") (eq $v.rayCluster.upgradeStrategy.method "nameHash") -}}{{- $maxLen = 44 -}}{{- end -}}
-{{- if gt (len $rcName) $maxLen -}}
-{{- $e = append $e (printf "rayCluster.name: expected at most %d characters (53 minus the 9-character template hash with upgradeStrategy nameHash), found %d (%q)" $maxLen (len $rcName) $rcName) -}}
-{{- else if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $rcName) -}}
-{{- $e = append $e (printf "rayCluster.name: expected a DNS-1035 name starting with a letter, found %q" $rcName) -}}
-{{- end -}}
-{{- $s := $v.storage -}}
-{{- if and (eq $s.type "existingClaim") (not $s.existingClaim) -}}
-{{- $e = append $e "storage.existingClaim: expected a PVC name when storage.type is existingClaim, found none" -}}
-{{- end -}}
-{{- if eq $s.type "fsxStatic" -}}
-{{- range $k := list "fileSystemId" "dnsName" "mountName" -}}
-{{- if not (get $s.fsxStatic $k) -}}
-{{- $e = append $e (printf "storage.fsxStatic.%s: expected a value when storage.type is fsxStatic, found none" $k) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- if eq $s.type "fsxDynamic" -}}
-{{- if not $s.fsxDynamic.subnetId -}}
-{{- $e = append $e "storage.fsxDynamic.subnetId: expected a subnet id when storage.type is fsxDynamic, found none" -}}
-{{- end -}}
-{{- if not $s.fsxDynamic.securityGroupIds -}}
-{{- $e = append $e "storage.fsxDynamic.securityGroupIds: expected at least one security group when storage.type is fsxDynamic, found none" -}}
-{{- end -}}
-{{- end -}}
-{{- if ne $s.type "existingClaim" -}}
-{{- $capacity := include "miles.quantityBytes" (ternary $s.fsxStatic.capacity $s.fsxDynamic.capacity (eq $s.type "fsxStatic")) | float64 -}}
-{{- $budget := include "miles.checkpointBudget" . | fromJson -}}
-{{- if and (gt $capacity 0.0) (gt (float64 $budget.totalBytes) $capacity) -}}
-{{- $e = append $e (printf "storage.%s.capacity: expected room for the run's %s (%d checkpoint(s) on disk at once × %s + HF %s + torch_dist %s; model.parameterCount %d × %d bytes per saved parameter), found %s; raise the capacity, set recipe.checkpoint.retainInterval, or save less often (recipe.saveInterval)" $s.type (include "miles.humanBytes" $budget.totalBytes) (int $budget.savedCheckpoints) (include "miles.humanBytes" $budget.checkpointBytes) (include "miles.humanBytes" $budget.hfBytes) (include "miles.humanBytes" $budget.torchDistBytes) (int64 $v.model.parameterCount) (int $r.checkpoint.bytesPerParameter) (toString (ternary $s.fsxStatic.capacity $s.fsxDynamic.capacity (eq $s.type "fsxStatic")))) -}}
-{{- end -}}
-{{- end -}}
-{{- if and $v.rayCluster.gcsFaultTolerance.enabled (not $v.rayCluster.gcsFaultTolerance.redisAddress) -}}
-{{- $e = append $e "rayCluster.gcsFaultTolerance.redisAddress: expected host:port when GCS fault tolerance is enabled, found none" -}}
-{{- end -}}
-{{- if lt (int $v.hooks.waitReady.activeDeadlineSeconds) (int $v.checks.waitReadyTimeoutSeconds) -}}
-{{- $e = append $e (printf "hooks.waitReady.activeDeadlineSeconds: expected at least checks.waitReadyTimeoutSeconds (%d), found %d" (int $v.checks.waitReadyTimeoutSeconds) (int $v.hooks.waitReady.activeDeadlineSeconds)) -}}
-{{- end -}}
-{{- if and (eq $v.reward.backend "reward_model") (not $v.reward.modelPath) -}}
-{{- $e = append $e "reward.modelPath: expected a model directory when reward.backend is reward_model, found none" -}}
-{{- end -}}
-{{- if $e -}}
-{{- fail (printf "\n\nmiles: %d invalid value(s):\n  - %s\n" (len $e) (join "\n  - " $e)) -}}
-{{- end -}}
+{{- toJson (dict
+  "head" (dict "nodeSelector" $headSel "tolerations" $headTol)
+  "worker" (dict "nodeSelector" $workerSel "tolerations" $workerTol)
+  "reward" (dict "nodeSelector" $rewardSel "tolerations" $rewardTol)
+  "hooks" (dict "nodeSelector" $hooksSel "tolerations" $hooksTol)) -}}
 {{- end -}}

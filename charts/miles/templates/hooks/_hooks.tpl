@@ -25,32 +25,34 @@ Post-install/post-upgrade steps run only in rayCluster mode; convert only for th
 {{- toJson $steps -}}
 {{- end -}}
 
-{{/* miles.hookEnv: env of a hooks-image container. (dict "context" $ "hf" bool) */}}
+{{/* miles.hookEnv: env of a hooks-image container. (dict "context" $ "hf" bool): hf adds the Hugging Face token. */}}
 {{- define "miles.hookEnv" -}}
 {{- $v := .context.Values -}}
-{{- $env := list
-  (dict "name" "POD_NAMESPACE" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.namespace")))
-  (dict "name" "MILES_HOOKS_LOG_FORMAT" "value" $v.hooks.logFormat)
--}}
-{{- if .hf -}}
-{{- $env = concat $env (include "miles.secretEnv" (dict "context" .context "purposes" (list "huggingface")) | fromJsonArray) -}}
-{{- end -}}
-{{- toJson (concat $env $v.hooks.extraEnv) -}}
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: MILES_HOOKS_LOG_FORMAT
+  value: {{ $v.hooks.logFormat | quote }}
+{{- if .hf }}
+{{- include "miles.secretEnv" (dict "context" .context "purposes" (list "huggingface")) }}
+{{- end }}
+{{- with $v.hooks.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/*
-miles.hookPod: pod template of a hook Job or the test pod. (dict "context" $ "step" dict "restartPolicy" "Never")
-Hooks-image pods follow the restricted Pod Security Standard. The convert pod runs the miles image
-(root, GPUs) with an init container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
+miles.hookPod: pod template of a hook Job or a test pod. (dict "context" $ "step" dict) with a step of
+miles.hookSteps. Hooks-image pods follow the restricted Pod Security Standard and only the steps that
+call the Kubernetes API get a token. The convert pod runs the miles image (root, GPUs) with an init
+container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
 */}}
 {{- define "miles.hookPod" -}}
 {{- $ctx := .context -}}
 {{- $v := $ctx.Values -}}
 {{- $s := .step -}}
-{{- $cmd := list "miles-hooks" $s.step "--spec" "/etc/miles/run.json" "--log-format" $v.hooks.logFormat -}}
-{{- if eq $s.key "test" -}}{{- $cmd = concat $cmd (list "--kube" "auto") -}}{{- end -}}
-{{- if eq $s.key "testReport" -}}{{- $cmd = concat $cmd (list "--fail-on" $v.hooks.test.reportFailOn "--timeout" (toString $v.hooks.test.reportTimeoutSeconds)) -}}{{- end -}}
-{{- /* only steps that call the Kubernetes API get a token */ -}}
+{{- $pools := include "miles.pools" $ctx | fromJson -}}
 {{- $pod := dict
   "serviceAccountName" (include "miles.hooksServiceAccountName" $ctx)
   "automountToken" (has $s.key (list "preflight" "waitReady" "submit" "test"))
@@ -59,53 +61,102 @@ Hooks-image pods follow the restricted Pod Security Standard. The convert pod ru
   "tmp" true
 -}}
 {{- if eq $s.key "convert" -}}
-{{- $pools := include "miles.pools" $ctx | fromJson -}}
-{{- $init := dict
-  "name" "copy-miles-hooks"
-  "image" (include "miles.hooksImage" $ctx)
-  "imagePullPolicy" $v.hooks.image.pullPolicy
-  "command" (list "cp" "-r" "/opt/miles-hooks/pkg/." "/miles-hooks/")
-  "resources" $v.hooks.resources
-  "securityContext" $v.hooks.securityContext
-  "volumeMounts" (list (dict "name" "miles-hooks" "mountPath" "/miles-hooks"))
--}}
-{{- $main := dict
-  "name" "convert"
-  "image" (include "miles.image" $ctx)
-  "imagePullPolicy" $v.image.pullPolicy
-  "command" (list "python3" "-m" "miles_hooks" "convert" "--spec" "/etc/miles/run.json" "--log-format" $v.hooks.logFormat "--timeout" (toString (sub (int $v.hooks.convert.activeDeadlineSeconds) 120)))
-  "env" (concat (include "miles.hookEnv" (dict "context" $ctx "hf" false) | fromJsonArray) (list (dict "name" "PYTHONPATH" "value" "/miles-hooks")))
-  "resources" (include "miles.gpuResources" (dict "context" $ctx "base" $v.hooks.convert.resources "gpus" (int $v.hooks.convert.nprocPerNode) "efa" false) | fromJson)
-  "securityContext" $v.gpuSecurityContext
+{{- $_ := merge $pod (dict
+  "initContainers" (include "miles.hookCopyContainer" $ctx)
+  "container" (include "miles.hookConvertContainer" $ctx)
+  "volumes" (list (dict "name" "miles-hooks" "emptyDir" (dict "sizeLimit" "256Mi")))
   "volumeMounts" (list (dict "name" "miles-hooks" "mountPath" "/miles-hooks" "readOnly" true))
--}}
-{{- $_ := set $pod "initContainers" (list $init) -}}
-{{- $_ := set $pod "container" $main -}}
-{{- $_ := set $pod "volumes" (list (dict "name" "miles-hooks" "emptyDir" (dict "sizeLimit" "256Mi"))) -}}
-{{- $_ := set $pod "storage" true -}}
-{{- $_ := set $pod "shmSize" $v.hooks.convert.shmSize -}}
-{{- $_ := set $pod "podSecurityContext" $v.gpuPodSecurityContext -}}
-{{- $_ := set $pod "nodeSelector" $pools.worker.nodeSelector -}}
-{{- $_ := set $pod "tolerations" $pools.worker.tolerations -}}
-{{- $_ := set $pod "scheduling" true -}}
+  "storage" true
+  "shmSize" $v.hooks.convert.shmSize
+  "podSecurityContext" $v.gpuPodSecurityContext
+  "nodeSelector" $pools.worker.nodeSelector
+  "tolerations" $pools.worker.tolerations
+  "scheduling" true) -}}
 {{- else -}}
-{{- $main := dict
-  "name" (default $s.step $s.name)
-  "image" (include "miles.hooksImage" $ctx)
-  "imagePullPolicy" $v.hooks.image.pullPolicy
-  "command" $cmd
-  "env" (include "miles.hookEnv" (dict "context" $ctx "hf" (eq $s.key "prepareData")) | fromJsonArray)
-  "resources" (ternary $v.hooks.prepareData.resources $v.hooks.resources (and (eq $s.key "prepareData") (not (empty $v.hooks.prepareData.resources))))
-  "securityContext" $v.hooks.securityContext
--}}
-{{- $_ := set $pod "container" $main -}}
-{{- $_ := set $pod "podSecurityContext" $v.hooks.podSecurityContext -}}
-{{- $pools := include "miles.pools" $ctx | fromJson -}}
-{{- $_ := set $pod "nodeSelector" $pools.hooks.nodeSelector -}}
-{{- $_ := set $pod "tolerations" $pools.hooks.tolerations -}}
-{{- $_ := set $pod "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "testReport")) -}}
+{{- $_ := merge $pod (dict
+  "container" (include "miles.hookContainer" (dict "context" $ctx "step" $s))
+  "podSecurityContext" $v.hooks.podSecurityContext
+  "nodeSelector" $pools.hooks.nodeSelector
+  "tolerations" $pools.hooks.tolerations
+  "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "testReport"))) -}}
 {{- end -}}
 {{- include "miles.podTemplate" (dict "context" $ctx "component" (printf "hook-%s" (default $s.step $s.name)) "pod" $pod) -}}
+{{- end -}}
+
+{{/* miles.hookContainer: a hooks-image step: `miles-hooks <step> --spec /etc/miles/run.json`. (dict "context" $ "step" dict) */}}
+{{- define "miles.hookContainer" -}}
+{{- $v := .context.Values -}}
+{{- $s := .step -}}
+name: {{ default $s.step $s.name }}
+image: {{ include "miles.hooksImage" .context }}
+imagePullPolicy: {{ $v.hooks.image.pullPolicy }}
+command:
+  - miles-hooks
+  - {{ $s.step }}
+  - --spec
+  - /etc/miles/run.json
+  - --log-format
+  - {{ $v.hooks.logFormat }}
+  {{- if eq $s.key "test" }}
+  - --kube
+  - auto
+  {{- end }}
+  {{- if eq $s.key "testReport" }}
+  - --fail-on
+  - {{ $v.hooks.test.reportFailOn | quote }}
+  - --timeout
+  - {{ $v.hooks.test.reportTimeoutSeconds | toString | quote }}
+  {{- end }}
+env:
+  {{- include "miles.hookEnv" (dict "context" .context "hf" (eq $s.key "prepareData")) | nindent 2 }}
+resources:
+  {{- $ownResources := and (eq $s.key "prepareData") (not (empty $v.hooks.prepareData.resources)) }}
+  {{- toYaml (ternary $v.hooks.prepareData.resources $v.hooks.resources $ownResources) | nindent 2 }}
+securityContext:
+  {{- toYaml $v.hooks.securityContext | nindent 2 }}
+{{- end -}}
+
+{{/* miles.hookCopyContainer: the convert pod's init container: miles_hooks from the hooks image into an emptyDir. */}}
+{{- define "miles.hookCopyContainer" -}}
+- name: copy-miles-hooks
+  image: {{ include "miles.hooksImage" . }}
+  imagePullPolicy: {{ .Values.hooks.image.pullPolicy }}
+  command: [cp, -r, /opt/miles-hooks/pkg/., /miles-hooks/]
+  resources:
+    {{- toYaml .Values.hooks.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.hooks.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: miles-hooks
+      mountPath: /miles-hooks
+{{- end -}}
+
+{{/* miles.hookConvertContainer: the convert step in the miles image with hooks.convert.nprocPerNode GPUs. */}}
+{{- define "miles.hookConvertContainer" -}}
+{{- $v := .Values -}}
+name: convert
+image: {{ include "miles.image" . }}
+imagePullPolicy: {{ $v.image.pullPolicy }}
+command:
+  - python3
+  - -m
+  - miles_hooks
+  - convert
+  - --spec
+  - /etc/miles/run.json
+  - --log-format
+  - {{ $v.hooks.logFormat }}
+  - --timeout
+  {{- /* 120 s under the Job's deadline, so the converter exits with a message first */}}
+  - {{ sub (int $v.hooks.convert.activeDeadlineSeconds) 120 | toString | quote }}
+env:
+  {{- include "miles.hookEnv" (dict "context" . "hf" false) | nindent 2 }}
+  - name: PYTHONPATH
+    value: /miles-hooks
+resources:
+  {{- include "miles.gpuResources" (dict "context" . "base" $v.hooks.convert.resources "gpus" (int $v.hooks.convert.nprocPerNode) "efa" false) | nindent 2 }}
+securityContext:
+  {{- toYaml $v.gpuSecurityContext | nindent 2 }}
 {{- end -}}
 
 {{/*
