@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from hooks_testlib import FIXTURE, base_spec, run_cli
-from miles_hooks import cli, lockfile, plan
-from miles_hooks.errors import (
+from miles_hooks import cli
+from miles_hooks.core import lockfile
+from miles_hooks.core.errors import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
     EXIT_TIMEOUT,
@@ -21,6 +22,7 @@ from miles_hooks.errors import (
     CheckFailed,
     HookTimeout,
 )
+from miles_hooks.steps import plan
 
 
 def test_help_lists_every_step_with_a_purpose() -> None:
@@ -81,7 +83,7 @@ def test_gpu_check_forwards_arguments() -> None:
 
 def test_import_is_light() -> None:
     code = (
-        "import sys, miles_hooks, miles_hooks.cli, miles_hooks.convert, miles_hooks.spec;"
+        "import sys, miles_hooks, miles_hooks.cli, miles_hooks.steps.convert, miles_hooks.core.runspec;"
         "names = ('ray', 'kubernetes', 'huggingface_hub', 'jsonschema', 'torch');"
         "heavy = [m for m in names if m in sys.modules];"
         "print(heavy)"
@@ -106,7 +108,7 @@ def test_lock_excludes_and_recovers_from_a_dead_holder(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom miles_hooks.lockfile import FileLock\n"
+            "import sys, time\nfrom miles_hooks.core.lockfile import FileLock\n"
             f"FileLock({str(path)!r}, 60).acquire(5)\nprint('held', flush=True)\ntime.sleep(60)\n",
         ],
         stdout=subprocess.PIPE,
@@ -154,3 +156,48 @@ def test_plan_placement_disaggregated() -> None:
     )
     rows = plan.placement(raw)
     assert [(r["role"], r["rolloutEngines"]) for r in rows] == [("actor", 0), ("rollout", 4), ("rollout", 2)]
+
+
+def test_command_table_is_the_parser() -> None:
+    parser = cli.build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "step")
+    assert list(subparsers.choices) == [c.name for c in cli.COMMANDS] == list(cli.STEPS)
+    for command in cli.COMMANDS:
+        sub = subparsers.choices[command.name]
+        flags = {f for a in sub._actions for f in a.option_strings}
+        assert {"--spec", "--log-format", "--json", "--verbose"} <= flags, command.name
+        for opt in command.options:
+            assert set(opt.flags) <= flags, (command.name, opt.flags)
+        assert callable(command.handler)
+
+
+def test_gpu_check_flags_have_no_default_of_their_own_for_chart_values() -> None:
+    args = cli.build_parser().parse_args(["gpu-check", "--spec", ""])
+    for dest in ("tolerance", "matmul_tflops", "copy_gbps", "allreduce_gbps", "sendrecv_gbps"):
+        assert getattr(args, dest) is None, dest  # the run spec (the chart) or the flag decides
+    opts = cli.gpu_check_options(args)
+    assert opts.thresholds.tolerance is None and opts.thresholds.minimum("matmul_tflops") is None
+
+
+def test_gpu_check_thresholds_from_the_spec(tmp_path: Path) -> None:
+    raw = base_spec()
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(raw))
+    args = cli.build_parser().parse_args(["gpu-check", "--spec", str(path), "--copy-gbps", "1000"])
+    th = cli.gpu_check_options(args).thresholds
+    assert th.tolerance == raw["checks"]["gpu"]["tolerance"]
+    assert th.matmul_tflops == raw["checks"]["gpu"]["matmulTflops"]
+    assert th.copy_gbps == 1000.0
+
+
+def test_gpu_check_reference_without_tolerance_is_bad_input() -> None:
+    args = cli.build_parser().parse_args(["gpu-check", "--spec", "", "--matmul-tflops", "700"])
+    with pytest.raises(BadInput, match="--matmul-tflops: a reference needs a tolerance"):
+        cli.gpu_check_options(args)
+
+
+def test_shared_option_helpers() -> None:
+    timeout = cli.timeout_option(300.0, "to read")
+    assert timeout.flags == ("--timeout",) and timeout.kwargs["default"] == 300.0
+    assert "checks.waitReadyTimeoutSeconds" in cli.timeout_option(None, "to wait").kwargs["help"]
+    assert cli.spec_option().kwargs["default"]

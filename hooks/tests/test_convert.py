@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from hooks_testlib import REPO, read_until, run_cli, spec_in, write
-from miles_hooks import convert
-from miles_hooks import spec as specmod
-from miles_hooks.errors import CheckFailed
+from miles_hooks.core import runspec as specmod
+from miles_hooks.core.errors import CheckFailed
+from miles_hooks.steps import convert
 
 if os.environ.get("MILES_HOOKS_ALLOW_NO_TORCH") == "1":
     pytest.importorskip("torch", reason="torch not installed and MILES_HOOKS_ALLOW_NO_TORCH=1")

@@ -2,20 +2,46 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from miles_hooks import gpu_check
-from miles_hooks.gpu_check import config, ranks, runner, verdict
-from miles_hooks.gpu_check.config import GIB, MIB, ConfigError, Options, Thresholds
+from miles_hooks import cli
+from miles_hooks.core import gpu as gpu_check
+from miles_hooks.core.errors import BadInput
+from miles_hooks.core.gpu import options, ranks, runner, verdict
+from miles_hooks.core.gpu.options import GIB, MIB, Options, Thresholds
 
 SIZES = (MIB, 64 * MIB, GIB, 2 * GIB)
+# The figures these tests judge against (measured on a two-H200 machine); in a run they come from the
+# run spec's checks.gpu, which the chart fills.
+H200 = Thresholds(
+    tolerance=0.85,
+    matmul_tflops=779.0,
+    copy_gbps=4285.0,
+    allreduce_busbw_gbps=333.0,
+    sendrecv_busbw_gbps=363.0,
+)
+
+
+def main(argv: list[str]) -> int:
+    """``miles-hooks gpu-check ARGV`` in this process; argparse's exits become the exit code."""
+    try:
+        return cli.main(["gpu-check", *argv])
+    except SystemExit as exc:
+        return 0 if exc.code in (0, None) else int(str(exc.code))
+
+
+def parse_args(argv: list[str]) -> Options:
+    """The options ``miles-hooks gpu-check ARGV`` would run with."""
+    return cli.gpu_check_options(cli.build_parser().parse_args(["gpu-check", *argv]))
 
 
 # ---------------------------------------------------------------- parsing
@@ -24,40 +50,40 @@ SIZES = (MIB, 64 * MIB, GIB, 2 * GIB)
     [("1", 1), ("64M", 64 * MIB), ("2G", 2 * GIB), ("1.5K", 1536), ("4KiB", 4096), ("8mb", 8 * MIB)],
 )
 def test_parse_size(text: str, expected: int) -> None:
-    assert config.parse_size(text) == expected
+    assert options.parse_size(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "abc", "1X", "-1M", "0.3"])
 def test_parse_size_rejects(text: str) -> None:
-    with pytest.raises(ConfigError):
-        config.parse_size(text)
+    with pytest.raises(BadInput):
+        options.parse_size(text)
 
 
 def test_parse_sizes_sweep_includes_max() -> None:
-    assert config.parse_sizes("1M:2G:4") == (MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB, 2 * GIB)
-    assert config.parse_sizes("1M:2G:2")[-1] == 2 * GIB
-    assert len(config.parse_sizes("1M:2G:2")) == 12
+    assert options.parse_sizes("1M:2G:4") == (MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB, 2 * GIB)
+    assert options.parse_sizes("1M:2G:2")[-1] == 2 * GIB
+    assert len(options.parse_sizes("1M:2G:2")) == 12
 
 
 def test_parse_sizes_list_sorted_dedup_aligned() -> None:
-    assert config.parse_sizes("64M, 1M,64M,7") == (4, MIB, 64 * MIB)
+    assert options.parse_sizes("64M, 1M,64M,7") == (4, MIB, 64 * MIB)
 
 
 @pytest.mark.parametrize("text", ["1M:2G", "2G:1M:2", "1M:2G:1", "1M:2G:x", ","])
 def test_parse_sizes_rejects(text: str) -> None:
-    with pytest.raises(ConfigError):
-        config.parse_sizes(text)
+    with pytest.raises(BadInput):
+        options.parse_sizes(text)
 
 
 def test_throttle_parsing_and_names() -> None:
-    assert config.parse_throttle("GpuIdle") == 0x1
-    assert config.parse_throttle("gpuidle,SwPowerCap") == 0x5
-    assert config.parse_throttle("0x41") == 0x41
-    assert config.parse_throttle("none") == 0
-    assert config.throttle_names(0x48) == ["HwSlowdown", "HwThermalSlowdown"]
-    assert config.throttle_names(0x1000) == ["0x1000"]
-    with pytest.raises(ConfigError, match="unknown throttle reason"):
-        config.parse_throttle("Sleepy")
+    assert options.parse_throttle("GpuIdle") == 0x1
+    assert options.parse_throttle("gpuidle,SwPowerCap") == 0x5
+    assert options.parse_throttle("0x41") == 0x41
+    assert options.parse_throttle("none") == 0
+    assert options.throttle_names(0x48) == ["HwSlowdown", "HwThermalSlowdown"]
+    assert options.throttle_names(0x1000) == ["0x1000"]
+    with pytest.raises(BadInput, match="unknown throttle reason"):
+        options.parse_throttle("Sleepy")
 
 
 # ---------------------------------------------------------------- thresholds and spec
@@ -74,8 +100,11 @@ def spec_doc(**gpu: Any) -> dict[str, Any]:
     return {"topology": {"gpusPerWorker": 8}, "checks": {"nodes": {"gpusPerNode": 8}, "gpu": base}}
 
 
-def test_default_thresholds_are_measured_h200_figures_times_tolerance() -> None:
-    th = Thresholds()
+def test_no_built_in_figures_and_pass_mark_is_reference_times_tolerance() -> None:
+    bare = Thresholds()  # no figure of its own: the chart (through the run spec) or a flag sets them
+    assert bare.minimum("matmul_tflops") is None and bare.to_dict()["minimum"]["copy_gbps"] is None
+    assert Thresholds(matmul_tflops=779.0).minimum("matmul_tflops") is None  # no tolerance: no pass mark
+    th = H200
     assert th.minimum("matmul_tflops") == pytest.approx(779.0 * 0.85)
     assert th.minimum("allreduce_busbw_gbps") == pytest.approx(333.0 * 0.85)
     assert th.minimum("sendrecv_busbw_gbps") == pytest.approx(363.0 * 0.85)
@@ -85,7 +114,7 @@ def test_default_thresholds_are_measured_h200_figures_times_tolerance() -> None:
 
 
 def test_spec_settings() -> None:
-    s = config.spec_settings(spec_doc())
+    s = options.spec_settings(spec_doc())
     assert s["expected_gpus"] == 8
     assert s["enabled"] is True
     assert s["thresholds"] == {
@@ -96,7 +125,7 @@ def test_spec_settings() -> None:
         "sendrecv_busbw_gbps": 350.0,
     }
     only_nodes = {"checks": {"nodes": {"gpusPerNode": 4}}}
-    assert config.spec_settings(only_nodes) == {"expected_gpus": 4}
+    assert options.spec_settings(only_nodes) == {"expected_gpus": 4}
 
 
 @pytest.mark.parametrize(
@@ -104,49 +133,50 @@ def test_spec_settings() -> None:
     [{"tolerance": 1.5}, {"tolerance": 0}, {"matmulTflops": "fast"}, {"copyGBps": -1}, {"copyGBps": True}],
 )
 def test_spec_settings_rejects(bad: dict[str, Any]) -> None:
-    with pytest.raises(ConfigError):
-        config.spec_settings(spec_doc(**bad))
+    with pytest.raises(BadInput):
+        options.spec_settings(spec_doc(**bad))
 
 
 def test_parse_args_precedence(tmp_path: Path) -> None:
     spec = tmp_path / "run.json"
     spec.write_text(json.dumps(spec_doc()))
-    opts = config.parse_args(["--spec", str(spec), "--sendrecv-gbps", "400", "--expected-gpus", "2"])
+    opts = parse_args(["--spec", str(spec), "--sendrecv-gbps", "400", "--expected-gpus", "2"])
     assert opts.thresholds.tolerance == 0.9  # spec
     assert opts.thresholds.matmul_tflops == 700.0  # spec
     assert opts.thresholds.sendrecv_busbw_gbps == 400.0  # flag beats spec
     assert opts.expected_gpus == 2  # flag beats topology.gpusPerWorker
     assert opts.spec_path == str(spec)
-    defaults = config.parse_args(["--spec", ""])
+    defaults = parse_args(["--spec", ""])
     assert defaults.thresholds == Thresholds()
-    assert defaults.sizes == config.parse_sizes(config.DEFAULT_SIZES)
+    assert defaults.sizes == options.parse_sizes(options.DEFAULT_SIZES)
     assert defaults.expected_gpus is None
 
 
 def test_parse_args_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read"):
-        config.parse_args(["--spec", str(tmp_path / "missing.json")])
+    with pytest.raises(BadInput, match="cannot read"):
+        parse_args(["--spec", str(tmp_path / "missing.json")])
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ConfigError, match="not valid JSON"):
-        config.parse_args(["--spec", str(bad)])
-    with pytest.raises(ConfigError, match="tolerance"):
-        config.parse_args(["--spec", "", "--tolerance", "0"])
-    with pytest.raises(ConfigError, match="expected-gpus"):
-        config.parse_args(["--spec", "", "--expected-gpus", "0"])
-    with pytest.raises(ConfigError, match="iters"):
-        config.parse_args(["--spec", "", "--iters", "0"])
+    with pytest.raises(BadInput, match="not valid JSON"):
+        parse_args(["--spec", str(bad)])
+    with pytest.raises(BadInput, match="tolerance"):
+        parse_args(["--spec", "", "--tolerance", "0"])
+    with pytest.raises(BadInput, match="expected-gpus"):
+        parse_args(["--spec", "", "--expected-gpus", "0"])
+    with pytest.raises(BadInput, match="iters"):
+        parse_args(["--spec", "", "--iters", "0"])
 
 
 def test_options_roundtrip_through_json() -> None:
-    opts = config.parse_args(["--spec", "", "--sizes", "1M,2G", "--xnode-allreduce-gbps", "150"])
+    opts = parse_args(
+        ["--spec", "", "--sizes", "1M,2G", "--xnode-allreduce-gbps", "150", "--tolerance", "0.8"]
+    )
     back = Options.from_dict(json.loads(json.dumps(opts.to_dict())))
     assert back == opts
 
 
 def test_apply_spec_respects_flags() -> None:
-    opts = config.parse_args(["--spec", "", "--tolerance", "0.5"])
-    merged = runner.apply_spec(opts, spec_doc(enabled=False), ["--tolerance", "0.5"])
+    merged = options.resolve(spec_doc(enabled=False), {"tolerance": 0.5})
     assert merged.thresholds.tolerance == 0.5
     assert merged.thresholds.copy_gbps == 4000.0
     assert merged.expected_gpus == 8
@@ -279,7 +309,7 @@ def raw_node(ngpus: int = 2, nodes: int = 1) -> dict[str, Any]:
     return raw
 
 
-OPTS = Options(sizes=SIZES, expected_gpus=2)
+OPTS = Options(thresholds=H200, sizes=SIZES, expected_gpus=2)
 
 
 def test_healthy_node_passes() -> None:
@@ -317,7 +347,7 @@ def test_bandwidth_thresholds_name_the_pair() -> None:
     raw = raw_node(ngpus=3)
     raw["sendrecv"][2]["points"] = _points(200.0, "sendrecv")  # gpu1<->gpu2
     raw["allreduce"][0]["points"] = _points(250.0, "allreduce", 3)
-    report = verdict.build_report(raw, Options(sizes=SIZES, expected_gpus=3))
+    report = verdict.build_report(raw, Options(thresholds=H200, sizes=SIZES, expected_gpus=3))
     checks = {(f["check"], f["pair"]) for f in report["failures"]}
     assert checks == {("allreduce", None), ("sendrecv", "n0 gpu1<->gpu2")}
     assert "pair n0 gpu1<->gpu2" in report["verdict"]
@@ -326,7 +356,7 @@ def test_bandwidth_thresholds_name_the_pair() -> None:
 
 
 def test_threshold_above_link_limit_fails_every_pair() -> None:
-    opts = Options(sizes=SIZES, thresholds=Thresholds(sendrecv_busbw_gbps=530.0))
+    opts = Options(sizes=SIZES, thresholds=replace(H200, sendrecv_busbw_gbps=530.0))
     report = verdict.build_report(raw_node(), opts)
     assert [f["check"] for f in report["failures"]] == ["sendrecv"]
 
@@ -343,7 +373,7 @@ def test_wrong_data_and_errors_fail() -> None:
 
 
 def test_gpu_count_mismatch() -> None:
-    report = verdict.build_report(raw_node(), Options(sizes=SIZES, expected_gpus=3))
+    report = verdict.build_report(raw_node(), Options(thresholds=H200, sizes=SIZES, expected_gpus=3))
     msgs = [f["message"] for f in report["failures"]]
     assert [f["check"] for f in report["failures"]] == ["gpu_count", "gpu_count"]
     assert "node n0: torch sees 2 GPU(s), expected 3" in msgs[0]
@@ -351,7 +381,7 @@ def test_gpu_count_mismatch() -> None:
 
 
 def test_no_expected_count_skips_count_check() -> None:
-    assert verdict.build_report(raw_node(), Options(sizes=SIZES))["ok"]
+    assert verdict.build_report(raw_node(), Options(thresholds=H200, sizes=SIZES))["ok"]
 
 
 @pytest.mark.parametrize(
@@ -381,7 +411,9 @@ def test_throttle_allow_list() -> None:
     raw = raw_node()
     raw["nodes"][0]["health"]["gpus"][0]["throttle_reasons"] = 0x4
     assert not verdict.build_report(raw, OPTS)["ok"]
-    assert verdict.build_report(raw, Options(sizes=SIZES, expected_gpus=2, allowed_throttle=0x5))["ok"]
+    assert verdict.build_report(
+        raw, Options(thresholds=H200, sizes=SIZES, expected_gpus=2, allowed_throttle=0x5)
+    )["ok"]
 
 
 def test_nvml_unusable() -> None:
@@ -425,7 +457,7 @@ def test_cross_node_report_only_by_default_and_threshold_when_set() -> None:
     strict = Options(
         sizes=SIZES,
         expected_gpus=2,
-        thresholds=Thresholds(xnode_allreduce_busbw_gbps=100, xnode_sendrecv_busbw_gbps=40),
+        thresholds=replace(H200, xnode_allreduce_busbw_gbps=100, xnode_sendrecv_busbw_gbps=40),
     )
     failures = verdict.build_report(raw, strict)["failures"]
     assert [(f["check"], f["pair"]) for f in failures] == [("allreduce", None), ("sendrecv", "n0<->n1")]
@@ -513,7 +545,7 @@ def test_assemble_two_nodes() -> None:
     assert sorted(cross["rails"]) == ["gpu0", "gpu1"]
     assert cross["points"][0]["time_s"] == pytest.approx(0.0033)
     assert raw["environment"]["nccl"] == "2.28.9"
-    report = verdict.build_report(raw, Options(sizes=(GIB,), expected_gpus=2))
+    report = verdict.build_report(raw, Options(thresholds=H200, sizes=(GIB,), expected_gpus=2))
     assert report["ok"], report["failures"]
 
 
@@ -527,16 +559,16 @@ def test_assemble_flags_wrong_sum_and_same_hostnames() -> None:
 
 # ---------------------------------------------------------------- CLI on a machine without torch/GPUs
 def test_main_bad_input_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert gpu_check.main(["--spec", "", "--sizes", "1M:2G"]) == 2
-    assert gpu_check.main(["--no-such-flag"]) == 2
-    assert gpu_check.main(["--help"]) == 0
+    assert main(["--spec", "", "--sizes", "1M:2G"]) == 2
+    assert main(["--no-such-flag"]) == 2
+    assert main(["--help"]) == 0
     assert "gpu-check" in capsys.readouterr().err
 
 
 def test_main_disabled_by_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "run.json"
     spec.write_text(json.dumps(spec_doc(enabled=False)))
-    assert gpu_check.main(["--spec", str(spec)]) == 0
+    assert main(["--spec", str(spec)]) == 0
     assert "disabled by the run spec" in capsys.readouterr().out
 
 
@@ -547,7 +579,7 @@ def test_main_without_torch_fails_with_report(
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    code = gpu_check.main(["--spec", "", "--out-dir", str(tmp_path), "--expected-gpus", "2", "--no-plot"])
+    code = main(["--spec", "", "--out-dir", str(tmp_path), "--expected-gpus", "2", "--no-plot"])
     assert code == 1
     report = json.loads((tmp_path / "gpu-check.json").read_text())
     checks = [f["check"] for f in report["failures"]]
@@ -563,7 +595,7 @@ def test_json_log_format(
     monkeypatch.setitem(sys.modules, "pynvml", None)
     for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
-    gpu_check.main(["--spec", "", "--out-dir", str(tmp_path), "--log-format", "json", "--no-plot"])
+    main(["--spec", "", "--out-dir", str(tmp_path), "--log-format", "json", "--no-plot"])
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["step"] == "gpu-check"
     assert line["level"] == "error"
@@ -571,7 +603,7 @@ def test_json_log_format(
 
 def test_plot_written(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from miles_hooks.gpu_check.plot import write_plot  # noqa: PLC0415
+    from miles_hooks.core.gpu.plot import write_plot  # noqa: PLC0415
 
     report = verdict.build_report(raw_node(), OPTS)
     path = write_plot(report, tmp_path / "p.png", extra={"sendrecv": {"ref": [(MIB, 10.0), (GIB, 300.0)]}})
@@ -579,13 +611,37 @@ def test_plot_written(tmp_path: Path) -> None:
     assert path.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_plot_layout_on_one_gpu_shows_the_gpu_and_says_why_no_sweeps(tmp_path: Path) -> None:
+    from miles_hooks.core.gpu import plot  # noqa: PLC0415 - as the test above: the plot module itself is light
+
+    one = raw_node(ngpus=1)
+    one["allreduce"] = []  # as the ranks report it: one GPU has no peer to all-reduce with
+    report = verdict.build_report(one, Options(thresholds=H200, sizes=SIZES, expected_gpus=1))
+    panels, notes = plot.layout(report)
+    assert panels == ["matmul_tflops", "copy_gbps"]  # what was measured, and no empty sweep panel
+    assert notes == [
+        "all-reduce: not measured (one GPU: no peer to talk to)",
+        "send/recv (per pair, bidirectional): not measured (one GPU: no peer to talk to)",
+    ]
+    two = verdict.build_report(raw_node(), OPTS)
+    assert plot.layout(two) == (["matmul_tflops", "copy_gbps", "allreduce", "sendrecv"], [])
+    nothing = verdict.build_report({"nodes": [], "gpus": [], "errors": [{"error": "x"}]}, OPTS)
+    assert (
+        plot.layout(nothing)[1][0]
+        == "bf16 matmul per GPU: not measured (the check did not run; see the verdict)"
+    )
+    if importlib.util.find_spec("matplotlib") is not None:
+        path = plot.write_plot(report, tmp_path / "one.png")
+        assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_import_is_light() -> None:
     code = (
-        "import sys, miles_hooks.gpu_check, miles_hooks.gpu_check.runner;"
+        "import sys, miles_hooks.core.gpu, miles_hooks.core.gpu.runner;"
         "heavy = {'torch', 'pynvml', 'matplotlib', 'jsonschema', 'kubernetes', 'ray'} & set(sys.modules);"
         "print(sorted(heavy))"
     )
-    src = str(Path(gpu_check.__file__).resolve().parents[2])
+    src = str(Path(gpu_check.__file__).resolve().parents[3])
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -603,7 +659,7 @@ def test_cuda_visible_devices_narrows_nvml_checks() -> None:
     node = raw["nodes"][0]
     node.update(local_gpus=1, cuda_visible_devices="1", visible_uuids=["GPU-1"])
     node["health"]["gpus"][0]["ecc_uncorrected_volatile"] = 5  # another process's GPU
-    opts = Options(sizes=SIZES, expected_gpus=1)
+    opts = Options(thresholds=H200, sizes=SIZES, expected_gpus=1)
     assert verdict.build_report(raw, opts)["ok"]  # NVML shows 2, torch sees the 1 expected
     node["health"]["gpus"][1]["ecc_uncorrected_volatile"] = 1
     (f,) = verdict.build_report(raw, opts)["failures"]
@@ -660,7 +716,7 @@ def fake_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_rank_process_failure_is_reported(fake_torch: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = fake_torch / "out"
-    code = gpu_check.main(["--spec", "", "--out-dir", str(out), "--no-plot", "--timeout", "60"])
+    code = main(["--spec", "", "--out-dir", str(out), "--no-plot", "--timeout", "60"])
     assert code == 1
     report = json.loads((out / "gpu-check.json").read_text())
     msg = report["failures"][-1]["message"]
@@ -672,7 +728,7 @@ def test_rank_process_failure_is_reported(fake_torch: Path, capsys: pytest.Captu
 def test_hung_rank_times_out_with_exit_3(fake_torch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_TORCH_MODE", "hang")
     out = fake_torch / "out"
-    code = gpu_check.main(["--spec", "", "--out-dir", str(out), "--no-plot", "--timeout", "3"])
+    code = main(["--spec", "", "--out-dir", str(out), "--no-plot", "--timeout", "3"])
     assert code == 3
     report = json.loads((out / "gpu-check.json").read_text())
     assert "did not finish within 3 s" in report["failures"][-1]["message"]

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from miles_hooks import gpu_check
+from miles_hooks import cli
+from miles_hooks.core import gpu as gpu_check
 
 
 def _gpus() -> tuple[int, str]:
@@ -42,10 +43,20 @@ QUICK = [
     "--timeout",
     "240",
 ]
+# The same settings for check_node, by flag name (what the CLI would pass).
+QUICK_FLAGS: dict[str, Any] = {
+    "sizes": "1M,256M",
+    "check_size": "256M",
+    "iters": 5,
+    "warmup": 2,
+    "matmul_iters": 10,
+    "copy_size": "512M",
+    "timeout": 240.0,
+}
 
 
 def test_nvml_health_sees_the_gpus() -> None:
-    from miles_hooks.gpu_check.nvml import node_health  # noqa: PLC0415
+    from miles_hooks.core.gpu.nvml import node_health  # noqa: PLC0415
 
     health = node_health()
     assert health["error"] is None
@@ -58,17 +69,13 @@ def test_nvml_health_sees_the_gpus() -> None:
 def test_check_node_measures_every_gpu_and_pair(tmp_path: Path) -> None:
     # loose thresholds: this test checks the plumbing, the benchmark checks the figures
     report: dict[str, Any] = gpu_check.check_node(
-        [
-            *QUICK,
-            "--expected-gpus",
-            str(NGPUS),
-            "--tolerance",
-            "0.05",
-            "--allow-throttle",
-            "0x1ff",
-            "--out-dir",
-            str(tmp_path),
-        ]
+        overrides={
+            **QUICK_FLAGS,
+            "expected_gpus": NGPUS,
+            "tolerance": 0.05,
+            "allow_throttle": "0x1ff",
+            "out_dir": str(tmp_path),
+        }
     )
     assert report["exit_code"] == 0, report["failures"]
     assert len(report["gpus"]) == NGPUS
@@ -82,8 +89,8 @@ def test_check_node_measures_every_gpu_and_pair(tmp_path: Path) -> None:
 
 
 def test_planted_gpu_count_fault_is_named(tmp_path: Path) -> None:
-    code = gpu_check.main(
-        [*QUICK, "--expected-gpus", str(NGPUS + 1), "--out-dir", str(tmp_path), "--no-plot"]
+    code = cli.main(
+        ["gpu-check", *QUICK, "--expected-gpus", str(NGPUS + 1), "--out-dir", str(tmp_path), "--no-plot"]
     )
     assert code == 1
     import json  # noqa: PLC0415

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from hooks_testlib import base_spec
-from miles_hooks import preflight as pf
-from miles_hooks.kube import parse_count
+from miles_hooks.core.quantity import parse_count
+from miles_hooks.steps import preflight as pf
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from hooks_testlib import read_until, run_cli, spec_in, write
-from miles_hooks import prepare_data as pd
-from miles_hooks import spec as specmod
-from miles_hooks.errors import BadInput, CheckFailed
+from miles_hooks.core import runspec as specmod
+from miles_hooks.core.errors import BadInput, CheckFailed
+from miles_hooks.steps import prepare_data as pd
 
 
 def make_mirror(root: Path, raw: dict[str, Any], weights_bytes: int = 3 << 20) -> Path:

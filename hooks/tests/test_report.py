@@ -24,12 +24,13 @@ from tensorboard.summary import Writer
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from hooks_testlib import run_cli, spec_in, write
-from miles_hooks import fsutil, submit
-from miles_hooks import spec as specmod
-from miles_hooks.errors import BadInput, HookTimeout
-from miles_hooks.report import checkpoints, collect, events, parse_fail_on, space, verdict
-from miles_hooks.report.deadline import Deadline
-from miles_hooks.report.events import GRAD_NORM, REPETITION, REWARD, STEP_TIME, TRUNCATED, Point
+from miles_hooks.core import fsutil
+from miles_hooks.core import runspec as specmod
+from miles_hooks.core.errors import BadInput, HookTimeout
+from miles_hooks.steps import submit
+from miles_hooks.steps.report import checkpoints, collect, events, parse_fail_on, space, verdict
+from miles_hooks.steps.report.deadline import Deadline
+from miles_hooks.steps.report.events import GRAD_NORM, REPETITION, REWARD, STEP_TIME, TRUNCATED, Point
 
 NOW = time.time()
 MIN = 60.0
@@ -581,7 +582,7 @@ def test_cli_stalled_run_json(tmp_path: Path) -> None:
 
 def test_import_stays_light() -> None:
     code = (
-        "import sys, miles_hooks.report, miles_hooks.cli; "
+        "import sys, miles_hooks.steps.report, miles_hooks.cli; "
         "print(sorted(m for m in ('tensorboard', 'matplotlib', 'numpy') if m in sys.modules))"
     )
     proc = subprocess.run(
@@ -656,7 +657,7 @@ def test_cli_timeout_exits_3(tmp_path: Path) -> None:
 def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     raw = degenerate_run(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "miles_hooks.report", "--spec", spec_file(tmp_path, raw)],
+        [sys.executable, "-m", "miles_hooks", "report", "--spec", spec_file(tmp_path, raw)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_hooks.report import collect
-from miles_hooks.report.events import GRAD_NORM, REWARD
+from miles_hooks.steps.report import collect
+from miles_hooks.steps.report.events import GRAD_NORM, REWARD
 from test_report import (
     HOUR,
     LOW_REPETITION,

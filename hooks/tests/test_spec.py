@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from hooks_testlib import FIXTURE, base_spec, run_cli, write
-from miles_hooks import spec as specmod
-from miles_hooks.errors import SpecError
+from miles_hooks.core import runspec as specmod
+from miles_hooks.core.errors import SpecError
 
 
 def problems_for(mutate: Any) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from miles_hooks import status
+from miles_hooks.steps import status
 
 
 def result(**over: Any) -> dict[str, Any]:

@@ -10,8 +10,8 @@ import types
 from pathlib import Path
 
 from hooks_testlib import base_spec
-from miles_hooks import spec as specmod
-from miles_hooks import submit
+from miles_hooks.core import runspec as specmod
+from miles_hooks.steps import submit
 
 
 def run_entrypoint(tmp_path: Path, model_args_cmd: str, args: list[str]) -> subprocess.CompletedProcess[str]:

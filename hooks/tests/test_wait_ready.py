@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from miles_hooks import wait_ready as wr
+from miles_hooks.core import raycluster
+from miles_hooks.steps import wait_ready as wr
 
 
 def cluster(
@@ -32,23 +33,23 @@ def cluster(
 
 
 def test_ready_cluster() -> None:
-    assert wr.cluster_readiness(cluster(), 2) == (True, [])
-    assert wr.cluster_readiness(cluster(conditions=False), 2) == (True, [])
+    assert raycluster.cluster_readiness(cluster(), 2) == (True, [])
+    assert raycluster.cluster_readiness(cluster(conditions=False), 2) == (True, [])
 
 
 def test_not_ready_reasons() -> None:
-    ok, reasons = wr.cluster_readiness(cluster(gen=3, observed=2, head="False", ready=1), 2)
+    ok, reasons = raycluster.cluster_readiness(cluster(gen=3, observed=2, head="False", ready=1), 2)
     assert not ok
     assert reasons[0].startswith("operator has not reconciled generation 3")
     assert "condition HeadPodReady is not True" in reasons
     assert "1 of 2 worker(s) Ready" in reasons
-    assert wr.cluster_readiness(None, 2) == (False, ["RayCluster not found"])
-    ok, reasons = wr.cluster_readiness(cluster(desired=1, ready=1), 2)
+    assert raycluster.cluster_readiness(None, 2) == (False, ["RayCluster not found"])
+    ok, reasons = raycluster.cluster_readiness(cluster(desired=1, ready=1), 2)
     assert not ok and reasons == ["desiredWorkerReplicas is 1, the run spec expects 2"]
 
 
 def test_provisioned_but_upgrade_pending_waits_on_replicas() -> None:
-    ok, reasons = wr.cluster_readiness(cluster(ready=0, desired=2), 2)
+    ok, reasons = raycluster.cluster_readiness(cluster(ready=0, desired=2), 2)
     assert not ok and reasons == ["0 of 2 worker(s) Ready"]
 
 
@@ -62,7 +63,7 @@ def test_replica_failure_condition() -> None:
             "message": "quota",
         }
     )
-    ok, reasons = wr.cluster_readiness(obj, 2)
+    ok, reasons = raycluster.cluster_readiness(obj, 2)
     assert not ok and reasons == ["RayClusterReplicaFailure: FailedCreateWorkerPod quota"]
 
 

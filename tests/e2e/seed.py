@@ -80,7 +80,9 @@ def publish_converted(raw: dict[str, Any], mirror: Path) -> None:
     (a placeholder with the converter's layout and the real completion marker, so the convert hook takes its
     "already converted" fast path and installs stay quick; test_real_convert.py seeds nothing of this and
     has the convert hook run a real conversion with the test converter)."""
-    from miles_hooks import convert, fsutil, prepare_data, spec
+    from miles_hooks.core import fsutil
+    from miles_hooks.core import runspec as spec
+    from miles_hooks.steps import convert, prepare_data
 
     rs = spec.parse(json.dumps(raw), "testbed seed")
     prepare_data.run(rs, source_dir=str(mirror))

@@ -62,8 +62,8 @@ def check_cluster_shape(ns: str, spec: dict[str, Any]) -> str:
 
 
 def check_single_job(release: str, ns: str, spec: dict[str, Any]) -> dict[str, Any]:
-    from miles_hooks import spec as specmod
-    from miles_hooks import submit
+    from miles_hooks.core import runspec as specmod
+    from miles_hooks.steps import submit
 
     jobs = active_jobs(release, ns)
     assert len(jobs) == 1, f"expected exactly one active Ray job, found {[j['submission_id'] for j in jobs]}"

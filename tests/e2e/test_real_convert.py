@@ -77,7 +77,7 @@ def test_install_runs_a_real_conversion_once(namespace: str, tmp_path: Path) -> 
 def _install_convert_upgrade(
     rel: str, ns: str, values: list[Path], *, hf: Path, target: Path, runs: Path
 ) -> None:
-    from miles_hooks import convert
+    from miles_hooks.steps import convert
 
     # install: the whole hook sequence, the convert hook running the converter for real
     started = time.time()

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from miles_hooks import spec as specmod
-from miles_hooks import status, submit
+from miles_hooks.core import runspec as specmod
+from miles_hooks.steps import status, submit
 from ray.job_submission import JobStatus, JobSubmissionClient
 from ray_testlib import LocalRay, make_spec, write_spec
 

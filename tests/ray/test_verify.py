@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from miles_hooks import verify
+from miles_hooks.steps import verify
 from ray.job_submission import JobSubmissionClient
 from ray_testlib import LocalRay, make_spec, write_spec
 

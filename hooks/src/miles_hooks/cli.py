@@ -1,8 +1,14 @@
-"""``miles-hooks``: a thin argparse layer over the step modules.
+"""``miles-hooks``: one table of commands over the step functions.
 
-Each step validates the spec first; every :class:`HookError` becomes a logged message and its exit code
-(0 ok, 1 check failed, 2 bad input/spec, 3 timeout). Step modules are imported only when their
-subcommand runs, so ``convert`` and ``gpu-check`` work in the miles image without kubernetes or ray.
+Each entry of :data:`COMMANDS` names a step, says what it does, lists its options right there and
+points at a small handler that loads the run spec, calls the step and says what to print. The shared
+options (``--spec``, ``--log-format``, ``--json``, ``-v``, ``--timeout``) come from helpers below, so a
+flag is spelled and documented once. Every :class:`~miles_hooks.core.errors.HookError` becomes a logged
+message and its exit code: 0 ok, 1 check failed, 2 bad input/spec, 3 timeout.
+
+The steps import ``kubernetes``, ``ray``, ``torch`` and the like only inside the functions that use
+them, so importing this module needs the standard library only: ``convert`` and ``gpu-check`` run in
+the miles image, which has none of the hooks' pins.
 """
 
 from __future__ import annotations
@@ -13,158 +19,331 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from miles_hooks import __version__, log
-from miles_hooks.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, BadInput, CheckFailed, HookError
-from miles_hooks.spec import DEFAULT_SPEC_PATH, RunSpec
+from miles_hooks import __version__
+from miles_hooks.core import log
+from miles_hooks.core.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, HookError
+from miles_hooks.core.gpu import options as gpu_options
+from miles_hooks.core.runspec import DEFAULT_SPEC_PATH, RunSpec, load, load_raw
+from miles_hooks.steps import (
+    convert,
+    gpu_check,
+    plan,
+    preflight,
+    prepare_data,
+    report,
+    status,
+    submit,
+    verify,
+    wait_ready,
+)
 
-LOG = log.get("cli")
-
-STEPS: dict[str, str] = {
-    "plan": "print the resolved run (topology, placement, paths, entrypoint); --json for machines",
-    "preflight": "check the cluster before install: KubeRay CRD, GPU/EFA nodes, storage, Secrets",
-    "prepare-data": "ensure the model and datasets are on shared storage (download at pinned revisions)",
-    "convert": "convert the HF checkpoint to torch_dist once, validated and published atomically",
-    "wait-ready": "watch the RayCluster until head and all workers are Ready and the GCS is healthy",
-    "verify": "check through Ray: head CPUs, gpu_node and GPUs per worker, Ray version, GPU checks",
-    "submit": "submit exactly one Ray job per run spec and record its provenance",
-    "status": "show the Ray job state, recent log lines and cluster health (helm test)",
-    "report": "run health from the shared volume (metrics, checkpoints, provenance, free space): verdict",
-    "gpu-check": "run the GPU node checks (NVML, matmul, HBM, NCCL); arguments go to miles_hooks.gpu_check",
-}
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
-    sys.stdout.flush()
+# --------------------------------------------------------------------------- options
 
 
-def _load(args: argparse.Namespace) -> RunSpec:
-    from miles_hooks import spec  # noqa: PLC0415
+@dataclass(frozen=True)
+class Option:
+    """One argparse argument: its flags and ``add_argument`` keywords."""
 
-    return spec.load(args.spec)
+    flags: tuple[str, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    from miles_hooks import plan  # noqa: PLC0415
-
-    s = _load(args)
-    if args.json:
-        _print_json(plan.plan_json(s))
-    else:
-        sys.stdout.write(plan.render(s) + "\n")
-    return EXIT_OK
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(*self.flags, **self.kwargs)
 
 
-def cmd_preflight(args: argparse.Namespace) -> int:
-    from miles_hooks import preflight  # noqa: PLC0415
-
-    findings = preflight.run(_load(args))
-    if args.json:
-        _print_json([f.as_dict() for f in findings])
-    return EXIT_OK
+def option(*flags: str, **kwargs: Any) -> Option:
+    return Option(flags, kwargs)
 
 
-def cmd_prepare_data(args: argparse.Namespace) -> int:
-    from miles_hooks import prepare_data  # noqa: PLC0415
+def spec_option(optional: bool = False) -> Option:
+    """``--spec``: the run spec; ``$MILES_HOOKS_SPEC`` or the mounted ConfigMap by default.
 
-    result = prepare_data.run(_load(args), source_dir=args.source_dir)
-    if args.json:
-        _print_json(result)
-    return EXIT_OK
-
-
-def cmd_convert(args: argparse.Namespace) -> int:
-    from miles_hooks import convert  # noqa: PLC0415
-
-    result = convert.run(_load(args), timeout=args.timeout, force=args.force)
-    if args.json:
-        _print_json(result)
-    return EXIT_OK
-
-
-def cmd_wait_ready(args: argparse.Namespace) -> int:
-    from miles_hooks import wait_ready  # noqa: PLC0415
-
-    result = wait_ready.run(_load(args), timeout=args.timeout)
-    if args.json:
-        _print_json(result)
-    return EXIT_OK
+    ``optional``: a missing default file means "no spec" instead of an error, and ``--spec ''`` says
+    so explicitly (gpu-check runs on a bare node too).
+    """
+    env = os.environ.get("MILES_HOOKS_SPEC")
+    if not optional:
+        return option(
+            "--spec", default=env or DEFAULT_SPEC_PATH, help=f"run spec JSON (default {DEFAULT_SPEC_PATH})"
+        )
+    default = env or (DEFAULT_SPEC_PATH if os.path.isfile(DEFAULT_SPEC_PATH) else None)
+    return option(
+        "--spec",
+        default=default,
+        help="run spec JSON: checks.gpu thresholds, topology.gpusPerWorker (default $MILES_HOOKS_SPEC, "
+        f"else {DEFAULT_SPEC_PATH} when it exists; '' for none)",
+    )
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
-    from miles_hooks import verify  # noqa: PLC0415
-
-    result = verify.run(_load(args), timeout=args.timeout)
-    if args.json:
-        _print_json(result)
-    return EXIT_OK
+def timeout_option(default: float | None, what: str) -> Option:
+    shown = "checks.waitReadyTimeoutSeconds from the spec" if default is None else f"{default:g}"
+    return option("--timeout", type=float, default=default, help=f"seconds {what} (default {shown})")
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
-    from miles_hooks import submit  # noqa: PLC0415
+LOG_FORMAT = option(
+    "--log-format",
+    choices=log.FORMATS,
+    default=None,
+    help="text (default, or $MILES_HOOKS_LOG_FORMAT) or json lines",
+)
+JSON = option("--json", action="store_true", help="print the step's result as JSON on stdout")
+VERBOSE = option("-v", "--verbose", action="store_true", help="debug logging")
+COMMON = (spec_option(), LOG_FORMAT, JSON, VERBOSE)
 
-    result = submit.run(_load(args), stop_timeout=args.stop_timeout, dry_run=args.dry_run)
-    if args.json:
-        _print_json(result)
-    return EXIT_OK
+
+def number(flag: str, what: str, kind: type = float) -> Option:
+    """A gpu-check figure or count whose value, when not given, comes from the spec or the defaults."""
+    return option(flag, type=kind, default=None, help=what)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from miles_hooks import status  # noqa: PLC0415
+# --------------------------------------------------------------------------- handlers
 
-    s = _load(args)
+
+@dataclass
+class Output:
+    """What a handler hands back: the JSON-able result, the text for humans (printed when ``--json``
+    is not given; None prints nothing), and a failure to raise after printing."""
+
+    result: Any
+    text: str | None = None
+    failure: HookError | None = None
+
+
+def _spec(args: argparse.Namespace) -> RunSpec:
+    return load(args.spec)
+
+
+def do_plan(args: argparse.Namespace) -> Output:
+    s = _spec(args)
+    return Output(plan.plan_json(s), plan.render(s))
+
+
+def do_preflight(args: argparse.Namespace) -> Output:
+    return Output([f.as_dict() for f in preflight.run(_spec(args))])
+
+
+def do_prepare_data(args: argparse.Namespace) -> Output:
+    return Output(prepare_data.run(_spec(args), source_dir=args.source_dir))
+
+
+def do_convert(args: argparse.Namespace) -> Output:
+    return Output(convert.run(_spec(args), timeout=args.timeout, force=args.force))
+
+
+def do_wait_ready(args: argparse.Namespace) -> Output:
+    return Output(wait_ready.run(_spec(args), timeout=args.timeout))
+
+
+def do_verify(args: argparse.Namespace) -> Output:
+    return Output(verify.run(_spec(args), timeout=args.timeout))
+
+
+def do_submit(args: argparse.Namespace) -> Output:
+    return Output(submit.run(_spec(args), stop_timeout=args.stop_timeout, dry_run=args.dry_run))
+
+
+def do_status(args: argparse.Namespace) -> Output:
     kube = {"auto": None, "on": True, "off": False}[args.kube]
-    result = status.collect(s, log_lines=args.lines, kube=kube)
+    result = status.collect(_spec(args), log_lines=args.lines, kube=kube)
     found = status.problems(result)
     result["problems"] = found
-    if args.json:
-        _print_json(result)
-    else:
-        sys.stdout.write(status.render(result) + "\n")
-    if found:
-        raise CheckFailed("run status is not healthy:", found)
-    return EXIT_OK
+    failure = CheckFailed("run status is not healthy:", found) if found else None
+    return Output(result, status.render(result), failure)
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from miles_hooks import report  # noqa: PLC0415
-
+def do_report(args: argparse.Namespace) -> Output:
     fail_on = report.parse_fail_on(args.fail_on)
-    result = report.collect(_load(args), timeout=args.timeout, plot_path=args.plot)
-    if args.json:
-        _print_json(result)
-    else:
-        sys.stdout.write(report.render(result) + "\n")
-    report.check(result, fail_on)
-    return EXIT_OK
-
-
-def cmd_gpu_check(argv: Sequence[str]) -> int:
+    result = report.collect(_spec(args), timeout=args.timeout, plot_path=args.plot)
     try:
-        from miles_hooks import gpu_check  # noqa: PLC0415
-    except ImportError as exc:
-        LOG.error("gpu-check is not installed in this build of miles-hooks (miles_hooks.gpu_check: %s)", exc)
-        return EXIT_CHECK_FAILED
-    main = getattr(gpu_check, "main", None)
-    if not callable(main):
-        LOG.error("miles_hooks.gpu_check has no main(argv); this build of miles-hooks is incomplete")
-        return EXIT_CHECK_FAILED
-    return int(main(list(argv)))
+        report.check(result, fail_on)
+    except CheckFailed as exc:
+        return Output(result, report.render(result), exc)
+    return Output(result, report.render(result))
 
 
-HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "plan": cmd_plan,
-    "preflight": cmd_preflight,
-    "prepare-data": cmd_prepare_data,
-    "convert": cmd_convert,
-    "wait-ready": cmd_wait_ready,
-    "verify": cmd_verify,
-    "submit": cmd_submit,
-    "status": cmd_status,
-    "report": cmd_report,
-}
+def gpu_check_options(args: argparse.Namespace) -> gpu_options.Options:
+    """gpu-check's flags over the run spec's ``checks.gpu`` (read, not schema-validated: the check
+    also runs on a bare node with a hand-written file)."""
+    return gpu_options.resolve(load_raw(args.spec) if args.spec else None, vars(args))
+
+
+def do_gpu_check(args: argparse.Namespace) -> Output:
+    return Output(gpu_check.run(gpu_check_options(args)))
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    purpose: str
+    handler: Callable[[argparse.Namespace], Output]
+    options: tuple[Option, ...] = ()
+    common: tuple[Option, ...] = COMMON
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "plan",
+        "print the resolved run (topology, placement, paths, entrypoint); --json for machines",
+        do_plan,
+    ),
+    Command(
+        "preflight",
+        "check the cluster before install: KubeRay CRD, GPU/EFA nodes, storage, Secrets",
+        do_preflight,
+    ),
+    Command(
+        "prepare-data",
+        "ensure the model and datasets are on shared storage (download at pinned revisions)",
+        do_prepare_data,
+        (
+            option(
+                "--source-dir",
+                default=os.environ.get("MILES_HOOKS_SOURCE_DIR") or None,
+                help="copy from a local HF-layout mirror instead of the hub "
+                "(<dir>/models|datasets/<repo>/<revision>/...)",
+            ),
+        ),
+    ),
+    Command(
+        "convert",
+        "convert the HF checkpoint to torch_dist once, validated and published atomically",
+        do_convert,
+        (
+            timeout_option(convert.DEFAULT_TIMEOUT, "to wait for the lock and the converter (exit 3 after)"),
+            option("--force", action="store_true", help="reconvert even when a valid result exists"),
+        ),
+    ),
+    Command(
+        "wait-ready",
+        "watch the RayCluster until head and all workers are Ready and the GCS is healthy",
+        do_wait_ready,
+        (timeout_option(None, "to wait"),),
+    ),
+    Command(
+        "verify",
+        "check through Ray: head CPUs, gpu_node and GPUs per worker, Ray version, GPU checks",
+        do_verify,
+        (timeout_option(None, "to wait"),),
+    ),
+    Command(
+        "submit",
+        "submit exactly one Ray job per run spec and record its provenance",
+        do_submit,
+        (
+            option(
+                "--stop-timeout",
+                type=float,
+                default=submit.DEFAULT_STOP_TIMEOUT,
+                help="seconds to wait for a previous job to stop on a spec change",
+            ),
+            option("--dry-run", action="store_true", help="print the submission id, submit nothing"),
+        ),
+    ),
+    Command(
+        "status",
+        "show the Ray job state, recent log lines and cluster health (helm test)",
+        do_status,
+        (
+            option("--lines", type=int, default=status.DEFAULT_LOG_LINES, help="job log lines to show"),
+            option(
+                "--kube",
+                choices=("auto", "on", "off"),
+                default="auto",
+                help="read the RayCluster from Kubernetes too (auto: when running in a pod)",
+            ),
+        ),
+    ),
+    Command(
+        "report",
+        "run health from the shared volume (metrics, checkpoints, provenance, free space): verdict",
+        do_report,
+        (
+            option(
+                "--fail-on",
+                default=report.DEFAULT_FAIL_ON,
+                help="exit 1 on these findings: comma-separated degenerate, stalled, not-started, space; "
+                f"'none' only reports (default {report.DEFAULT_FAIL_ON})",
+            ),
+            option("--plot", default=None, help="also write a PNG of reward and repetition to this path"),
+            timeout_option(
+                report.DEFAULT_TIMEOUT, "to read the event files and checkpoint tree (exit 3 after)"
+            ),
+        ),
+    ),
+    Command(
+        "gpu-check",
+        "run the GPU node checks (NVML, matmul, HBM, NCCL) on this node; exit 1 names the bad GPU or pair",
+        do_gpu_check,
+        (
+            number(
+                "--expected-gpus", "GPUs each node must show (default: from the spec, else not checked)", int
+            ),
+            number(
+                "--tolerance", "fraction of each reference a figure must reach (default checks.gpu.tolerance)"
+            ),
+            number("--matmul-tflops", "bf16 matmul reference per GPU (default checks.gpu.matmulTflops)"),
+            number("--copy-gbps", "device copy reference, read+write (default checks.gpu.copyGBps)"),
+            number(
+                "--allreduce-gbps",
+                "intra-node all-reduce busbw reference (default checks.gpu.allReduceBusbwGBps)",
+            ),
+            number(
+                "--sendrecv-gbps",
+                "intra-node send/recv busbw reference per GPU pair (default checks.gpu.sendRecvBusbwGBps)",
+            ),
+            number("--xnode-allreduce-gbps", "cross-node all-reduce busbw reference (default: report only)"),
+            number(
+                "--xnode-sendrecv-gbps",
+                "cross-node send/recv busbw reference per GPU pair (default: report only)",
+            ),
+            option(
+                "--sizes",
+                default=gpu_options.DEFAULT_SIZES,
+                help="message sizes, list or MIN:MAX:FACTOR (default %(default)s)",
+            ),
+            option(
+                "--check-size",
+                default=None,
+                help="bandwidth thresholds apply to the best busbw at sizes >= this (default 1G)",
+            ),
+            number(
+                "--iters", f"timed iterations per message size (default {gpu_options.Options.iters})", int
+            ),
+            number(
+                "--warmup", f"warm-up iterations per message size (default {gpu_options.Options.warmup})", int
+            ),
+            number("--matmul-n", f"square bf16 matmul size (default {gpu_options.Options.matmul_n})", int),
+            number(
+                "--matmul-iters",
+                f"matmuls per timed window, 3 windows per GPU (default {gpu_options.Options.matmul_iters})",
+                int,
+            ),
+            option("--copy-size", default=None, help="device copy size per GPU (default 2G)"),
+            option(
+                "--allow-throttle",
+                default=gpu_options.DEFAULT_ALLOW_THROTTLE,
+                help="NVML clock-event reasons that pass (default %(default)s)",
+            ),
+            option(
+                "--out-dir",
+                default=gpu_options.Options.out_dir,
+                help="where gpu-check.json and gpu-check.png go (default %(default)s)",
+            ),
+            option("--no-plot", action="store_true", help="skip the PNG"),
+            timeout_option(gpu_options.Options.timeout_s, "before the whole check is abandoned (exit 3)"),
+        ),
+        common=(spec_option(optional=True), LOG_FORMAT, JSON, VERBOSE),
+    ),
+)
+
+STEPS: dict[str, str] = {c.name: c.purpose for c in COMMANDS}
+BY_NAME: dict[str, Command] = {c.name: c for c in COMMANDS}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,89 +354,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"miles-hooks {__version__}")
     sub = parser.add_subparsers(dest="step", metavar="STEP", title="steps")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--spec",
-        default=os.environ.get("MILES_HOOKS_SPEC", DEFAULT_SPEC_PATH),
-        help=f"run spec JSON (default {DEFAULT_SPEC_PATH})",
-    )
-    common.add_argument(
-        "--log-format",
-        choices=log.FORMATS,
-        default=None,
-        help="text (default, or $MILES_HOOKS_LOG_FORMAT) or json lines",
-    )
-    common.add_argument("--json", action="store_true", help="print the step's result as JSON on stdout")
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    for name, purpose in STEPS.items():
-        if name == "gpu-check":
-            sub.add_parser(name, help=purpose, description=purpose, add_help=False)
-            continue
-        p = sub.add_parser(name, parents=[common], help=purpose, description=purpose)
-        if name == "prepare-data":
-            p.add_argument(
-                "--source-dir",
-                default=os.environ.get("MILES_HOOKS_SOURCE_DIR") or None,
-                help="copy from a local HF-layout mirror instead of the hub "
-                "(<dir>/models|datasets/<repo>/<revision>/...)",
-            )
-        if name == "convert":
-            p.add_argument(
-                "--timeout",
-                type=float,
-                default=4 * 3600.0,
-                help="seconds to wait for the lock and the converter (exit 3 after)",
-            )
-            p.add_argument("--force", action="store_true", help="reconvert even when a valid result exists")
-        if name in ("wait-ready", "verify"):
-            p.add_argument(
-                "--timeout",
-                type=float,
-                default=None,
-                help="seconds (default checks.waitReadyTimeoutSeconds from the spec)",
-            )
-        if name == "submit":
-            p.add_argument(
-                "--stop-timeout",
-                type=float,
-                default=300.0,
-                help="seconds to wait for a previous job to stop on a spec change",
-            )
-            p.add_argument("--dry-run", action="store_true", help="print the submission id, submit nothing")
-        if name == "status":
-            p.add_argument("--lines", type=int, default=20, help="job log lines to show")
-            p.add_argument(
-                "--kube",
-                choices=("auto", "on", "off"),
-                default="auto",
-                help="read the RayCluster from Kubernetes too (auto: when running in a pod)",
-            )
-        if name == "report":
-            p.add_argument(
-                "--fail-on",
-                default="degenerate,stalled",
-                help="exit 1 on these findings: comma-separated degenerate, stalled, not-started, space; "
-                "'none' only reports (default degenerate,stalled)",
-            )
-            p.add_argument(
-                "--plot", default=None, help="also write a PNG of reward and repetition to this path"
-            )
-            p.add_argument(
-                "--timeout",
-                type=float,
-                default=300.0,
-                help="seconds to read the event files and checkpoint tree (exit 3 after)",
-            )
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.purpose, description=command.purpose)
+        for opt in (*command.common, *command.options):
+            opt.add_to(p)
     return parser
 
 
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] == "gpu-check":
-        log.setup(log.resolve_format(None))
-        return cmd_gpu_check(args_list[1:])
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.step:
         parser.print_help()
         return EXIT_BAD_INPUT
@@ -265,7 +376,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     step_log = log.get(args.step)
     try:
-        code = HANDLERS[args.step](args)
+        out = BY_NAME[args.step].handler(args)
+        if args.json:
+            _print_json(out.result)
+        elif out.text is not None:
+            sys.stdout.write(out.text + "\n")
+        if out.failure is not None:
+            raise out.failure
     except HookError as exc:
         step_log.error(str(exc), extra={"fields": {"exit_code": exc.exit_code}})
         return exc.exit_code
@@ -276,9 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         step_log.exception("unexpected error")
         return EXIT_CHECK_FAILED
     step_log.info(
-        "done", extra={"fields": {"seconds": round(time.monotonic() - started, 3), "exit_code": code}}
+        "done", extra={"fields": {"seconds": round(time.monotonic() - started, 3), "exit_code": EXIT_OK}}
     )
-    return code
+    return EXIT_OK
 
 
-__all__ = ["STEPS", "BadInput", "build_parser", "main"]
+__all__ = ["COMMANDS", "STEPS", "Command", "Option", "build_parser", "main"]

@@ -14,7 +14,7 @@ PY=${PYTHON:-python3}
 QUICK=(--sizes 1M:2G:4 --no-plot)
 mkdir -p "$OUT"
 echo "== (a) torchrun --nproc-per-node 2"
-$PY -m torch.distributed.run --standalone --nproc-per-node 2 -m miles_hooks.gpu_check --expected-gpus 2 \
+$PY -m torch.distributed.run --standalone --nproc-per-node 2 -m miles_hooks gpu-check --expected-gpus 2 \
   --out-dir /tmp/smoke-a "${QUICK[@]}"
 ra=$?; echo "(a) exit $ra"
 cp /tmp/smoke-a/gpu-check.json "$OUT/torchrun.json"
@@ -22,7 +22,7 @@ cp /tmp/smoke-a/gpu-check.json "$OUT/torchrun.json"
 echo "== (b) two torchrun nodes x 1 GPU"
 for r in 0 1; do
   CUDA_VISIBLE_DEVICES=$r MILES_NODE_NAME=node$r $PY -m torch.distributed.run --nnodes 2 --node-rank $r \
-    --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29511 -m miles_hooks.gpu_check \
+    --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29511 -m miles_hooks gpu-check \
     --expected-gpus 1 --xnode-allreduce-gbps 1 --xnode-sendrecv-gbps 1 --out-dir /tmp/smoke-b$r "${QUICK[@]}" \
     > "/tmp/smoke-b$r.log" 2>&1 &
 done
@@ -35,10 +35,10 @@ echo "== (c) check_node(num_nodes=2)"
 for r in 0 1; do
   CUDA_VISIBLE_DEVICES=$r MILES_NODE_NAME=pod$r $PY - "$r" > "/tmp/smoke-c$r.log" 2>&1 <<'PYEOF' &
 import json, sys
-from miles_hooks.gpu_check import check_node
+from miles_hooks.core.gpu import check_node
 r = int(sys.argv[1])
-rep = check_node(["--spec", "", "--expected-gpus", "1", "--sizes", "1M:2G:4", "--no-plot", "--out-dir", f"/tmp/smoke-c{r}"],
-                 num_nodes=2, node_rank=r, master_addr="127.0.0.1", master_port=29522)
+flags = {"expected_gpus": 1, "sizes": "1M:2G:4", "no_plot": True, "out_dir": f"/tmp/smoke-c{r}"}
+rep = check_node(overrides=flags, num_nodes=2, node_rank=r, master_addr="127.0.0.1", master_port=29522)
 json.dumps(rep)
 print("node_rank", r, "exit_code", rep["exit_code"], "nodes", [n["name"] for n in rep["nodes"]],
       "sendrecv", [(s["scope"], s["label"], round(s["figure_gbps"] or 0, 1)) for s in rep["sendrecv"]])

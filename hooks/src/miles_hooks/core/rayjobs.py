@@ -1,0 +1,95 @@
+"""Thin helpers over ``ray.job_submission`` (imported lazily: Ray is heavy and absent from the
+convert path)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from miles_hooks.core.errors import CheckFailed, HookTimeout
+
+TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+
+
+def client(address: str, attempts: int = 3, delay: float = 2.0) -> Any:
+    """A JobSubmissionClient for the dashboard at ``address``; CheckFailed when it is unreachable."""
+    # ray is heavy and absent from the miles image (convert): imported on use
+    from ray.job_submission import JobSubmissionClient  # noqa: PLC0415
+
+    last: Exception | None = None
+    for attempt in range(attempts):
+        try:
+            return JobSubmissionClient(address)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            last = exc
+            if attempt + 1 < attempts:
+                time.sleep(delay)
+    raise CheckFailed(
+        f"Ray dashboard at {address} is not reachable: {last}; expected the head service of the "
+        "RayCluster to answer (check rayCluster.dashboardUrl and that wait-ready passed)"
+    )
+
+
+def is_not_found(exc: BaseException) -> bool:
+    text = str(exc)
+    return "404" in text or "does not exist" in text or "not found" in text.lower()
+
+
+def get_job(cl: Any, submission_id: str) -> Any | None:
+    """The job's JobDetails, or None when Ray has no job with that submission id."""
+    try:
+        return cl.get_job_info(submission_id)
+    except RuntimeError as exc:
+        if is_not_found(exc):
+            return None
+        raise CheckFailed(f"reading Ray job {submission_id} failed: {exc}") from exc
+
+
+def status_name(status: Any) -> str:
+    return str(getattr(status, "value", status))
+
+
+def wait_terminal(cl: Any, submission_id: str, timeout: float) -> str:
+    """Wait until the job is terminal; returns its state name or raises HookTimeout."""
+    deadline = time.monotonic() + timeout
+    delay = 0.2
+    while True:
+        job = get_job(cl, submission_id)
+        if job is None:
+            return "MISSING"
+        state = status_name(job.status)
+        if state in TERMINAL:
+            return state
+        if time.monotonic() >= deadline:
+            raise HookTimeout(f"Ray job {submission_id} still {state} after {timeout:.0f}s")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 2.0)
+
+
+_TRANSIENT = ("No available agent", "try again later", "Connection refused", "Connection reset")
+
+
+def is_transient(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(t in text for t in _TRANSIENT)
+
+
+def submit_job(cl: Any, retry_for: float = 90.0, **kwargs: Any) -> str:
+    """``cl.submit_job(**kwargs)``, retried while the dashboard says its job agent is not ready yet.
+
+    Before each retry the submission id is looked up: a POST that failed after creating the job (or a
+    concurrent submit) leaves a job behind, and a second POST would get HTTP 500 for the duplicate.
+    """
+    sid = kwargs.get("submission_id")
+    deadline = time.monotonic() + retry_for
+    delay = 1.0
+    while True:
+        try:
+            return str(cl.submit_job(**kwargs))
+        except RuntimeError as exc:
+            if sid and get_job(cl, sid) is not None:
+                raise
+            if not is_transient(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 8.0)

@@ -1,0 +1,611 @@
+"""preflight: will this release work on this cluster? Fails fast, naming the value to change.
+
+Pure functions (node matching, capacity, topology, storage, secrets) take plain dicts in the shape the
+Kubernetes API returns; ``run`` gathers those objects through the API and reports every finding at once.
+Checks: the ``rayclusters.ray.io`` CRD is served at v1 (and a KubeRay operator pod is seen, when the
+cluster-scope read is granted); enough schedulable nodes match the worker selector and tolerations, each
+with allocatable GPUs >= GPUs per worker and an EFA request equal to its allocatable EFA count; a node
+exists for the head; the storage claim is bound (or created by the chart) and ReadWriteMany; each
+referenced Secret and key exists; a ``prometheus`` Service is neutralised by ``PROMETHEUS_PORT``; the
+topology numbers are consistent.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from miles_hooks.core import kube, log
+from miles_hooks.core.errors import CheckFailed
+from miles_hooks.core.fsutil import human_bytes
+from miles_hooks.core.quantity import parse_count
+from miles_hooks.core.runspec import RunSpec
+from miles_hooks.core.runspec_types import NodePoolSpec, RawSpec, TolerationSpec
+
+LOG = log.get("preflight")
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+HYPERPOD_HEALTH = "sagemaker.amazonaws.com/node-health-status"
+OPERATOR_SELECTORS = (
+    "app.kubernetes.io/name=kuberay-operator",
+    "app.kubernetes.io/component=kuberay-operator",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str
+    subject: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"level": self.level, "subject": self.subject, "message": self.message}
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.message}"
+
+
+# --------------------------------------------------------------------------- nodes (pure)
+
+
+def toleration_matches(toleration: TolerationSpec, taint: dict[str, Any]) -> bool:
+    """Kubernetes toleration semantics for one taint."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    key = toleration.get("key") or ""
+    if not key:
+        return operator == "Exists"
+    if key != taint.get("key"):
+        return False
+    if operator == "Exists":
+        return True
+    return (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated_taints(node: dict[str, Any], tolerations: list[TolerationSpec]) -> list[dict[str, Any]]:
+    taints = (node.get("spec") or {}).get("taints") or []
+    return [
+        t
+        for t in taints
+        if t.get("effect") in ("NoSchedule", "NoExecute")
+        and not any(toleration_matches(tol, t) for tol in tolerations)
+    ]
+
+
+def node_name(node: dict[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name", "?"))
+
+
+def selector_matches(node: dict[str, Any], selector: dict[str, str]) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def unschedulable_reasons(node: dict[str, Any], pool: NodePoolSpec) -> list[str]:
+    """Why a node matching the pool's selector still cannot take its pods (empty: it can)."""
+    reasons = []
+    if (node.get("spec") or {}).get("unschedulable"):
+        reasons.append("cordoned (spec.unschedulable)")
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        reasons.append("not Ready")
+    health = ((node.get("metadata") or {}).get("labels") or {}).get(HYPERPOD_HEALTH)
+    if health is not None and health != "Schedulable":
+        reasons.append(f"{HYPERPOD_HEALTH}={health}")
+    for taint in untolerated_taints(node, pool.get("tolerations") or []):
+        value = f"={taint['value']}" if taint.get("value") else ""
+        reasons.append(f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated")
+    return reasons
+
+
+def allocatable(node: dict[str, Any], resource: str) -> int:
+    return parse_count(((node.get("status") or {}).get("allocatable") or {}).get(resource))
+
+
+def capacity_reasons(
+    node: dict[str, Any], gpu_resource: str, gpus: int, efa_resource: str, efa: int
+) -> list[str]:
+    """GPU and EFA fit of one worker pod on the node. A partial EFA request is a reason, not a warning."""
+    reasons = []
+    have_gpu = allocatable(node, gpu_resource)
+    if have_gpu < gpus:
+        reasons.append(f"allocatable {gpu_resource} is {have_gpu}, a worker needs {gpus}")
+    have_efa = allocatable(node, efa_resource)
+    if efa > 0:
+        if have_efa < efa:
+            reasons.append(f"allocatable {efa_resource} is {have_efa}, a worker requests {efa}")
+        elif have_efa > efa:
+            reasons.append(
+                f"partial EFA request: a worker requests {efa} of the node's {have_efa} {efa_resource}"
+            )
+    return reasons
+
+
+def evaluate_workers(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
+    pool = raw["rayCluster"]["worker"]
+    chk = raw["checks"]["nodes"]
+    topo = raw["topology"]
+    need = int(topo["workerReplicas"])
+    gpus = int(topo["gpusPerWorker"])
+    efa = int(chk["efaPerNode"])
+    selector = pool.get("nodeSelector") or {}
+    matching = [n for n in nodes if selector_matches(n, selector)]
+    usable: list[str] = []
+    rejected: list[str] = []
+    findings: list[Finding] = []
+    partial: dict[int, list[str]] = {}
+    for node in matching:
+        reasons = unschedulable_reasons(node, pool) + capacity_reasons(
+            node, chk["gpuResource"], gpus, chk["efaResource"], efa
+        )
+        have_efa = allocatable(node, chk["efaResource"])
+        if efa > 0 and have_efa > efa:
+            partial.setdefault(have_efa, []).append(node_name(node))
+        if reasons:
+            rejected.append(f"{node_name(node)}: " + "; ".join(reasons))
+        else:
+            usable.append(node_name(node))
+            if efa == 0 and have_efa > 0:
+                findings.append(
+                    Finding(
+                        WARNING,
+                        f"node/{node_name(node)}",
+                        f"EFA is off (checks.nodes.efaPerNode=0) but the node has {have_efa} "
+                        f"{chk['efaResource']}; inter-node NCCL will use TCP sockets",
+                    )
+                )
+    for have, names in sorted(partial.items()):
+        findings.append(
+            Finding(
+                ERROR,
+                "checks.nodes.efaPerNode",
+                f"workers request {efa} {chk['efaResource']} but node(s) {', '.join(names[:5])} "
+                f"have {have}: a partial EFA request passes all-reduce but fails point-to-point "
+                f"('Unexpected number of remote rails'); set it to {have}",
+            )
+        )
+    sel = json.dumps(selector, sort_keys=True)
+    if len(usable) < need:
+        detail = "; ".join(rejected[:10]) + (f"; and {len(rejected) - 10} more" if len(rejected) > 10 else "")
+        findings.append(
+            Finding(
+                ERROR,
+                "rayCluster.worker",
+                f"need {need} schedulable worker node(s) matching nodeSelector {sel} with >= {gpus} "
+                f"{chk['gpuResource']}"
+                + (f" and exactly {efa} {chk['efaResource']}" if efa else "")
+                + f"; found {len(usable)} usable of {len(matching)} matching (of {len(nodes)} nodes)"
+                + (f": {detail}" if detail else "")
+                + "; lower the node count (topology actor/rollout nodes) or fix the nodeSelector/tolerations",
+            )
+        )
+    else:
+        findings.append(
+            Finding(
+                INFO,
+                "rayCluster.worker",
+                f"{len(usable)} usable worker node(s) for {need} worker(s): "
+                + ", ".join(usable[:10])
+                + (" ..." if len(usable) > 10 else ""),
+            )
+        )
+    return findings
+
+
+def evaluate_head(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
+    pool = raw["rayCluster"]["head"]
+    selector = pool.get("nodeSelector") or {}
+    matching = [n for n in nodes if selector_matches(n, selector)]
+    ok = [n for n in matching if not unschedulable_reasons(n, pool)]
+    head_gpus = int(raw["rayCluster"]["headGpus"])
+    if head_gpus:
+        ok = [n for n in ok if allocatable(n, raw["checks"]["nodes"]["gpuResource"]) >= head_gpus]
+    if ok:
+        return [
+            Finding(
+                INFO,
+                "rayCluster.head",
+                f"head can run on {node_name(ok[0])}"
+                + (f" and {len(ok) - 1} other node(s)" if len(ok) > 1 else ""),
+            )
+        ]
+    why = "; ".join(
+        f"{node_name(n)}: {', '.join(unschedulable_reasons(n, pool)) or 'too few GPUs'}" for n in matching[:5]
+    )
+    return [
+        Finding(
+            ERROR,
+            "rayCluster.head",
+            f"no schedulable node for the Ray head: nodeSelector {json.dumps(selector, sort_keys=True)} "
+            f"matches {len(matching)} node(s)"
+            + (f" ({why})" if why else "")
+            + "; set the head's nodeSelector/tolerations to an existing CPU pool",
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- spec-only checks (pure)
+
+
+def topology_findings(raw: RawSpec) -> list[Finding]:
+    t = raw["topology"]
+    out: list[Finding] = []
+
+    def expect(field: str, found: int, expected: int, why: str) -> None:
+        if found != expected:
+            out.append(
+                Finding(
+                    ERROR,
+                    f"topology.{field}",
+                    f"expected {expected} ({why}), found {found}; the "
+                    "chart computes the topology: re-render with a consistent chart or fix the values",
+                )
+            )
+
+    expect(
+        "actorGpus", t["actorGpus"], t["actorNodes"] * t["actorGpusPerNode"], "actorNodes x actorGpusPerNode"
+    )
+    expect(
+        "rolloutGpus",
+        t["rolloutGpus"],
+        t["rolloutEngines"] * t["rolloutGpusPerEngine"],
+        "rolloutEngines x rolloutGpusPerEngine",
+    )
+    expect(
+        "actorGpusPerNode",
+        t["actorGpusPerNode"],
+        t["gpusPerWorker"],
+        "--num-gpus-per-node must equal GPUs per pod",
+    )
+    if t["colocate"]:
+        expect("rolloutGpus", t["rolloutGpus"], t["actorGpus"], "colocated: rollout shares the actor GPUs")
+        expect("rolloutWorkers", t["rolloutWorkers"], 0, "colocated")
+        expect("workerReplicas", t["workerReplicas"], t["actorNodes"], "colocated: one worker per actor node")
+    else:
+        per_worker = t["gpusPerWorker"] // t["rolloutGpusPerEngine"]
+        expect("enginesPerWorker", t["enginesPerWorker"], per_worker, "gpusPerWorker / rolloutGpusPerEngine")
+        if per_worker:
+            expect(
+                "rolloutWorkers",
+                t["rolloutWorkers"],
+                math.ceil(t["rolloutEngines"] / per_worker),
+                "ceil(rolloutEngines / enginesPerWorker)",
+            )
+        expect(
+            "workerReplicas",
+            t["workerReplicas"],
+            t["actorNodes"] + t["rolloutWorkers"],
+            "actorNodes + rolloutWorkers",
+        )
+    expect(
+        "clusterGpus",
+        t["clusterGpus"],
+        t["workerReplicas"] * t["gpusPerWorker"],
+        "workerReplicas x gpusPerWorker",
+    )
+    layouts = (
+        (
+            "topology.tensorParallel",
+            "TP x PP x CP",
+            t["tensorParallel"] * t["pipelineParallel"] * t["contextParallel"],
+            "; change the parallelism or the actor node count",
+        ),
+        (
+            "topology.expertParallel",
+            "ETP x EP x PP",
+            t["expertTensorParallel"] * t["expertParallel"] * t["pipelineParallel"],
+            "",
+        ),
+    )
+    for subject, product, size, advice in layouts:
+        if t["actorGpus"] % size:
+            out.append(
+                Finding(
+                    ERROR,
+                    subject,
+                    f"actor GPUs ({t['actorGpus']}) must be a multiple of {product} ({size}){advice}",
+                )
+            )
+    if t["rolloutGpusPerEngine"] > t["gpusPerWorker"]:
+        out.append(
+            Finding(
+                ERROR,
+                "topology.rolloutGpusPerEngine",
+                f"{t['rolloutGpusPerEngine']} GPUs per engine exceed the "
+                f"{t['gpusPerWorker']} GPUs of a worker",
+            )
+        )
+    per_node = raw["checks"]["nodes"]["gpusPerNode"]
+    if t["gpusPerWorker"] > per_node:
+        out.append(
+            Finding(
+                ERROR,
+                "topology.gpusPerWorker",
+                f"{t['gpusPerWorker']} GPUs per worker exceed checks.nodes.gpusPerNode={per_node}",
+            )
+        )
+    return out
+
+
+def image_findings(raw: RawSpec) -> list[Finding]:
+    if raw["images"]["milesRollingTag"]:
+        return [
+            Finding(
+                WARNING,
+                "images.miles",
+                f"{raw['images']['miles']} is a rolling tag: the Ray version and code can change under "
+                "the release; pin a digest (image.digest) for reproducible runs",
+            )
+        ]
+    return []
+
+
+def crd_served(discovery: Any) -> bool:
+    """Does the ``/apis/ray.io/v1`` discovery document list ``rayclusters``?"""
+    if not isinstance(discovery, dict):
+        return False
+    return any(
+        r.get("name") == "rayclusters" for r in discovery.get("resources") or [] if isinstance(r, dict)
+    )
+
+
+def pvc_findings(pvc: dict[str, Any] | None, raw: RawSpec) -> list[Finding]:
+    st = raw["storage"]
+    subject = f"persistentvolumeclaim/{st['claimName']}"
+    if st["createdByChart"]:
+        return [Finding(INFO, subject, f"created by the chart ({st['kind']})")]
+    if pvc is None:
+        return [
+            Finding(
+                ERROR,
+                subject,
+                f"not found in namespace {raw['release']['namespace']}; create it or set "
+                "the chart's storage to create one (storage.kind / existing claim name)",
+            )
+        ]
+    out = []
+    phase = (pvc.get("status") or {}).get("phase")
+    if phase == "Pending":
+        out.append(
+            Finding(
+                WARNING,
+                subject,
+                "Pending: fine for WaitForFirstConsumer storage classes, else check the provisioner",
+            )
+        )
+    elif phase != "Bound":
+        out.append(Finding(ERROR, subject, f"phase {phase}, expected Bound"))
+    modes = (pvc.get("spec") or {}).get("accessModes") or []
+    if "ReadWriteMany" not in modes:
+        out.append(
+            Finding(
+                ERROR,
+                subject,
+                f"access modes {modes}; expected ReadWriteMany (every pod mounts the shared volume)",
+            )
+        )
+    if not out:
+        out.append(Finding(INFO, subject, "Bound, ReadWriteMany"))
+    return out
+
+
+def space_findings(pvc: dict[str, Any] | None, raw: RawSpec) -> list[Finding]:
+    """The claim's capacity against the space the run needs (output.checkpointBudget, computed by the
+    chart: the most checkpoints on disk at once, the HF checkpoint and the torch_dist conversion).
+    A claim the chart creates is checked at render time instead."""
+    budget = raw["output"]["checkpointBudget"]
+    subject = f"persistentvolumeclaim/{raw['storage']['claimName']}"
+    if pvc is None or raw["storage"]["createdByChart"] or budget["totalBytes"] <= 0:
+        return []
+    status_capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+    requested = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    capacity = parse_count(status_capacity or requested)
+    if capacity <= 0:
+        return [Finding(WARNING, subject, "no capacity on the claim; the checkpoint space was not checked")]
+    need = budget["totalBytes"]
+    breakdown = (
+        f"{budget['savedCheckpoints']} checkpoint(s) on disk at once x "
+        f"{human_bytes(budget['checkpointBytes'])} "
+        f"+ HF {human_bytes(budget['hfBytes'])} + torch_dist {human_bytes(budget['torchDistBytes'])} "
+        f"(model.parameterCount {raw['model']['parameterCount']:,})"
+    )
+    if need > capacity:
+        return [
+            Finding(
+                ERROR,
+                subject,
+                f"capacity {human_bytes(capacity)}, expected at least {human_bytes(need)} for this run: "
+                f"{breakdown}; use a larger claim, set recipe.checkpoint.retainInterval, or raise "
+                "recipe.saveInterval",
+            )
+        ]
+    return [
+        Finding(
+            INFO,
+            subject,
+            f"capacity {human_bytes(capacity)} holds the run's {human_bytes(need)}: {breakdown}",
+        )
+    ]
+
+
+def secret_findings(found: dict[str, dict[str, Any] | None], raw: RawSpec) -> list[Finding]:
+    """``found`` maps Secret name → the Secret (only its ``data`` keys are looked at) or None."""
+    out = []
+    for ref in raw["secrets"]:
+        subject = f"secret/{ref['name']}"
+        level = ERROR if ref["required"] else WARNING
+        secret = found.get(ref["name"])
+        if secret is None:
+            out.append(
+                Finding(
+                    level,
+                    subject,
+                    f"not found in namespace {raw['release']['namespace']} (for "
+                    f"{ref['purpose']}, env {ref['env']}); create it or change the secret name in values",
+                )
+            )
+            continue
+        keys = set((secret.get("data") or {}).keys()) | set((secret.get("stringData") or {}).keys())
+        if ref["key"] not in keys:
+            out.append(
+                Finding(
+                    level,
+                    subject,
+                    f"has no key {ref['key']!r} (keys: {', '.join(sorted(keys)) or 'none'}); "
+                    "set the secret key in values",
+                )
+            )
+        else:
+            out.append(Finding(INFO, subject, f"key {ref['key']!r} present"))
+    return out
+
+
+def prometheus_findings(service_exists: bool, raw: RawSpec) -> list[Finding]:
+    if not service_exists:
+        return []
+    if raw["runtimeEnv"]["envVars"].get("PROMETHEUS_PORT"):
+        return [
+            Finding(
+                INFO,
+                "service/prometheus",
+                "exists; Kubernetes injects PROMETHEUS_PORT=tcp://... into "
+                "pods, which would crash miles' argument parsing: the chart overrides it with "
+                f"PROMETHEUS_PORT={raw['runtimeEnv']['envVars']['PROMETHEUS_PORT']}",
+            )
+        ]
+    return [
+        Finding(
+            ERROR,
+            "runtimeEnv.envVars.PROMETHEUS_PORT",
+            "a Service named prometheus exists in the namespace, so pods get PROMETHEUS_PORT=tcp://...; "
+            "miles crashes on it: expected PROMETHEUS_PORT=9090 in the runtime env, found none",
+        )
+    ]
+
+
+def summarize(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.level == ERROR]
+
+
+# --------------------------------------------------------------------------- gathering through the API
+
+
+def _node_dicts(api: kube.Api) -> list[dict[str, Any]] | None:
+    """Every node as a dict, or None when the hooks may not list nodes (403)."""
+    nodes = kube.optional("listing nodes", lambda: api.core().list_node(limit=5000), absent=(kube.Forbidden,))
+    return None if nodes is None else [api.to_dict(n) for n in nodes.items]
+
+
+def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
+    raw = spec.raw
+    ns = spec.namespace
+    core = api.core()
+    findings: list[Finding] = [*topology_findings(raw), *image_findings(raw)]
+
+    if raw["mode"] == "rayCluster":
+        group = f"{kube.RAY_GROUP}/{kube.RAY_VERSION}"
+        served = kube.optional(f"discovery of {group}", lambda: crd_served(api.get_json(f"/apis/{group}")))
+        if served:
+            findings.append(Finding(INFO, "crd/rayclusters.ray.io", "served at ray.io/v1"))
+        else:
+            findings.append(
+                Finding(
+                    ERROR,
+                    "crd/rayclusters.ray.io",
+                    "not served at ray.io/v1: install the KubeRay operator (its CRDs) first, "
+                    "or use mode: singleNode",
+                )
+            )
+        findings.extend(_operator_findings(api))
+
+    if raw["checks"]["nodes"]["enabled"]:
+        nodes = _node_dicts(api)
+        if nodes is None:
+            findings.append(
+                Finding(
+                    ERROR,
+                    "checks.nodes.enabled",
+                    "node checks are on but the hook cannot list nodes (403); enable the chart's "
+                    "node-reader ClusterRole or set checks.nodes.enabled=false",
+                )
+            )
+        else:
+            findings.extend(evaluate_workers(nodes, raw))
+            if raw["mode"] == "rayCluster":
+                findings.extend(evaluate_head(nodes, raw))
+    else:
+        findings.append(Finding(INFO, "checks.nodes", "node checks disabled"))
+
+    pvc = None
+    claim = raw["storage"]["claimName"]
+    if not raw["storage"]["createdByChart"]:
+        found_claim = kube.optional(
+            f"reading persistentvolumeclaim/{claim}",
+            lambda: core.read_namespaced_persistent_volume_claim(claim, ns),
+        )
+        pvc = None if found_claim is None else api.to_dict(found_claim)
+    findings.extend(pvc_findings(pvc, raw))
+    findings.extend(space_findings(pvc, raw))
+
+    found: dict[str, dict[str, Any] | None] = {}
+    for name in dict.fromkeys(ref["name"] for ref in raw["secrets"]):
+        secret = kube.optional(
+            f"reading secret/{name}", functools.partial(core.read_namespaced_secret, name, ns)
+        )
+        # keep only key names: values never leave this function
+        found[name] = None if secret is None else {"data": dict.fromkeys((secret.data or {}).keys(), "")}
+    findings.extend(secret_findings(found, raw))
+
+    prometheus = kube.optional(
+        "reading service/prometheus",
+        lambda: core.read_namespaced_service("prometheus", ns),
+        absent=(kube.NotFound, kube.Forbidden),
+    )
+    findings.extend(prometheus_findings(prometheus is not None, raw))
+    return findings
+
+
+def _operator_findings(api: kube.Api) -> list[Finding]:
+    running = []
+    for selector in OPERATOR_SELECTORS:
+        try:
+            with kube.api_call("listing the KubeRay operator's pods"):
+                pods = api.core().list_pod_for_all_namespaces(label_selector=selector, limit=50)
+        except kube.Forbidden:
+            return [Finding(INFO, "kuberay-operator", "not checked: no cluster-scope pod read for the hooks")]
+        running += [p for p in pods.items if (p.status and p.status.phase == "Running")]
+    if running:
+        pod = running[0]
+        return [Finding(INFO, "kuberay-operator", f"running: {pod.metadata.namespace}/{pod.metadata.name}")]
+    return [
+        Finding(
+            WARNING,
+            "kuberay-operator",
+            "no Running pod labelled app.kubernetes.io/name=kuberay-operator found; the RayCluster will "
+            "not be reconciled unless the operator runs elsewhere",
+        )
+    ]
+
+
+def report(findings: list[Finding]) -> None:
+    for f in findings:
+        level = {"error": "error", "warning": "warning"}.get(f.level, "info")
+        getattr(LOG, level)(str(f))
+
+
+def run(spec: RunSpec) -> list[Finding]:
+    api = kube.connect()
+    findings = gather(spec, api)
+    report(findings)
+    errors = summarize(findings)
+    LOG.info("preflight finished", extra={"fields": {"errors": len(errors), "api_requests": api.requests}})
+    if errors:
+        raise CheckFailed(f"preflight found {len(errors)} problem(s):", [str(e) for e in errors])
+    return findings
