@@ -280,13 +280,16 @@ OVERRIDES = {
         "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         "maxLength": 40,
     },
-    "rayCluster.workers.efa.count": {"type": "integer", "minimum": 0},
     "rayCluster.workers.openFilesLimit": {"type": "integer", "minimum": 1024},
-    "rayCluster.workers.nccl.nvlsEnable": {"enum": ["0", "1"]},
-    "rayCluster.workers.nccl.debug": {"enum": ["VERSION", "WARN", "INFO", "TRACE"]},
-    "rayCluster.workers.nccl.proto": {"type": "string", "pattern": "^[A-Za-z0-9,^]+$"},
     "singleNode.launcher": {"type": "string", "pattern": "^[^\\s]+\\.py$"},
     "singleNode.backoffLimit": {"type": "integer", "minimum": 0},
+    "singleNode.openFilesLimit": {"type": "integer", "minimum": 1024},
+    "gpuPods.efa.count": {"type": "integer", "minimum": 0},
+    "gpuPods.nccl.nvlsEnable": {"enum": ["0", "1"]},
+    "gpuPods.nccl.debug": {"enum": ["VERSION", "WARN", "INFO", "TRACE"]},
+    "gpuPods.nccl.proto": {"type": "string", "pattern": "^[A-Za-z0-9,^]+$"},
+    "gpuPods.securityContext": {"$ref": "#/definitions/k8sObject"},
+    "gpuPods.podSecurityContext": {"$ref": "#/definitions/k8sObject"},
     "scheduling.kueueQueue": {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
@@ -298,8 +301,6 @@ OVERRIDES = {
     },
     "podSecurityContext": {"$ref": "#/definitions/k8sObject"},
     "securityContext": {"$ref": "#/definitions/k8sObject"},
-    "gpuSecurityContext": {"$ref": "#/definitions/k8sObject"},
-    "gpuPodSecurityContext": {"$ref": "#/definitions/k8sObject"},
     "hooks.podSecurityContext": {"$ref": "#/definitions/k8sObject"},
     "hooks.securityContext": {"$ref": "#/definitions/k8sObject"},
     "submit.onChange": {"enum": ["restart", "fail"]},
@@ -421,6 +422,31 @@ def node(path, v):
 
 
 root = node("", vals)
+
+# Keys that moved to another place. The schema lets them through (any value) so that the chart's one
+# collected validation (templates/_validate.tpl) can refuse them with the key to use instead, which
+# additionalProperties: false could not say.
+MOVED = {
+    "rayCluster.workers.gpuResource": "gpuPods.gpuResource",
+    "rayCluster.workers.efa": "gpuPods.efa",
+    "rayCluster.workers.nccl": "gpuPods.nccl",
+    "rayCluster.workers.shmSize": "gpuPods.shmSize",
+    "rayCluster.workers.nodeSelector": "gpuPods.nodeSelector",
+    "rayCluster.workers.tolerations": "gpuPods.tolerations",
+    "rayCluster.workers.affinity": "gpuPods.affinity",
+    "rayCluster.workers.annotations": "gpuPods.annotations",
+    "gpuSecurityContext": "gpuPods.securityContext",
+    "gpuPodSecurityContext": "gpuPods.podSecurityContext",
+}
+for old, new in MOVED.items():
+    *parents, leaf = old.split(".")
+    obj = root
+    for part in parents:
+        obj = obj["properties"][part]
+    assert leaf not in obj["properties"], f"{old} is still in values.yaml"
+    obj["properties"][leaf] = {
+        "description": f"moved to {new}; refused by the chart with a message naming {new}"
+    }
 schema = {
     "$schema": "http://json-schema.org/draft-07/schema#",
     "title": "charts/miles values",

@@ -115,7 +115,7 @@ def test_colocated_lifecycle(helm_version: str, namespace: str, inputs_ready: Ca
     assert [r["metadata"]["name"] for r in rayclusters(ns)] == [cluster]
 
     # upgrade with a changed recipe and worker template: a new RayCluster, the old job stopped, one new job
-    changed = ["--set", "recipe.numRollout=7", "--set", "rayCluster.workers.nccl.debug=INFO"]
+    changed = ["--set", "recipe.numRollout=7", "--set", "gpuPods.nccl.debug=INFO"]
     tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED, *changed)
     spec2 = tb.run_spec(ns, spec_fullname(ns, rel))
     assert spec2["rayCluster"]["name"] != cluster

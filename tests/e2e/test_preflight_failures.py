@@ -44,7 +44,7 @@ def test_checkpoints_beyond_the_claim(namespace: str, inputs_ready: Callable[...
 
 
 def test_efa_below_node_allocatable(namespace: str, inputs_ready: Callable[..., Any]) -> None:
-    extra = ["--set", "rayCluster.workers.efa.count=8"]
+    extra = ["--set", "gpuPods.efa.count=8"]
     inputs_ready(COLOCATED, "miles", namespace, extra)
     out = install_fails(namespace, extra)
     assert "efa" in out.lower() and "15" in out, out[-3000:]

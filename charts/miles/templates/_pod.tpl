@@ -210,12 +210,12 @@ spec:
 {{- $v := .Values -}}
 {{- include "miles.podEnv" . }}
 - name: NCCL_DEBUG
-  value: {{ $v.rayCluster.workers.nccl.debug | quote }}
+  value: {{ $v.gpuPods.nccl.debug | quote }}
 - name: NCCL_PROTO
-  value: {{ $v.rayCluster.workers.nccl.proto | quote }}
+  value: {{ $v.gpuPods.nccl.proto | quote }}
 - name: NCCL_SOCKET_IFNAME
-  value: {{ $v.rayCluster.workers.nccl.socketIfname | quote }}
-{{- if gt (int $v.rayCluster.workers.efa.count) 0 }}
+  value: {{ $v.gpuPods.nccl.socketIfname | quote }}
+{{- if gt (int $v.gpuPods.efa.count) 0 }}
 - name: FI_PROVIDER
   value: efa
 - name: FI_EFA_USE_DEVICE_RDMA
@@ -234,9 +234,9 @@ requests and limits: those of base, plus n GPUs and (efa) the node's EFA devices
 */}}
 {{- define "miles.gpuResources" -}}
 {{- $v := .context.Values -}}
-{{- $gpu := $v.rayCluster.workers.gpuResource -}}
-{{- $efa := $v.rayCluster.workers.efa.resourceName -}}
-{{- $efaCount := ternary (int $v.rayCluster.workers.efa.count) 0 (eq .efa true) -}}
+{{- $gpu := $v.gpuPods.gpuResource -}}
+{{- $efa := $v.gpuPods.efa.resourceName -}}
+{{- $efaCount := ternary (int $v.gpuPods.efa.count) 0 (eq .efa true) -}}
 {{- range $kind := list "requests" "limits" }}
 {{- $base := default (dict) (get (default (dict) $.base) $kind) }}
 {{- if gt (int $.gpus) 0 }}{{ $base = omit $base $gpu }}{{ end }}

@@ -177,10 +177,10 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
   "checks" (dict
     "nodes" (dict
       "enabled" (and $v.hooks.preflight.enabled $v.hooks.preflight.nodeChecks)
-      "gpuResource" $v.rayCluster.workers.gpuResource
+      "gpuResource" $v.gpuPods.gpuResource
       "gpusPerNode" (int $t.gpusPerWorker)
-      "efaResource" $v.rayCluster.workers.efa.resourceName
-      "efaPerNode" (int $v.rayCluster.workers.efa.count)
+      "efaResource" $v.gpuPods.efa.resourceName
+      "efaPerNode" (int $v.gpuPods.efa.count)
       "cluster" $v.cluster.preset)
     "waitReadyTimeoutSeconds" (int $v.checks.waitReadyTimeoutSeconds)
     "gpu" (dict
@@ -230,7 +230,7 @@ miles-hooks, so TOKENIZERS_PARALLELISM lives in miles.podEnv only (job processes
 {{- $env := dict
   "PYTHONPATH" "/root/miles:/root/Megatron-LM"
   "CUDA_DEVICE_MAX_CONNECTIONS" "1"
-  "NCCL_NVLS_ENABLE" (toString $v.rayCluster.workers.nccl.nvlsEnable)
+  "NCCL_NVLS_ENABLE" (toString $v.gpuPods.nccl.nvlsEnable)
   "PYTHONUNBUFFERED" "1"
   "PROMETHEUS_PORT" "9090"
   "RAY_memory_monitor_refresh_ms" "0"

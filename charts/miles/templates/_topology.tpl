@@ -130,10 +130,10 @@ miles.checkpointBudget: the space the run needs on the shared volume, as JSON (b
 {{- define "miles.pools" -}}
 {{- $v := .Values -}}
 {{- $headSel := deepCopy $v.rayCluster.head.nodeSelector -}}
-{{- $workerSel := deepCopy $v.rayCluster.workers.nodeSelector -}}
+{{- $workerSel := deepCopy $v.gpuPods.nodeSelector -}}
 {{- $rewardSel := deepCopy $v.reward.nodeSelector -}}
 {{- $headTol := $v.rayCluster.head.tolerations -}}
-{{- $workerTol := $v.rayCluster.workers.tolerations -}}
+{{- $workerTol := $v.gpuPods.tolerations -}}
 {{- $rewardTol := $v.reward.tolerations -}}
 {{- $hooksSel := deepCopy $v.hooks.nodeSelector -}}
 {{- $hooksTol := $v.hooks.tolerations -}}

@@ -9,6 +9,23 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $t := $v.topology -}}
 {{- $topo := include "miles.topology" . | fromJson -}}
 {{- $e := list -}}
+{{- /* keys that moved (a values file written for an earlier chart): each names its new place */ -}}
+{{- range $m := list
+  (list $v.rayCluster.workers "rayCluster.workers" "gpuResource" "gpuPods.gpuResource")
+  (list $v.rayCluster.workers "rayCluster.workers" "efa" "gpuPods.efa")
+  (list $v.rayCluster.workers "rayCluster.workers" "nccl" "gpuPods.nccl")
+  (list $v.rayCluster.workers "rayCluster.workers" "shmSize" "gpuPods.shmSize")
+  (list $v.rayCluster.workers "rayCluster.workers" "nodeSelector" "gpuPods.nodeSelector")
+  (list $v.rayCluster.workers "rayCluster.workers" "tolerations" "gpuPods.tolerations")
+  (list $v.rayCluster.workers "rayCluster.workers" "affinity" "gpuPods.affinity")
+  (list $v.rayCluster.workers "rayCluster.workers" "annotations" "gpuPods.annotations")
+  (list $v "" "gpuSecurityContext" "gpuPods.securityContext")
+  (list $v "" "gpuPodSecurityContext" "gpuPods.podSecurityContext") -}}
+{{- $old := trimPrefix "." (printf "%s.%s" (index $m 1) (index $m 2)) -}}
+{{- if hasKey (index $m 0) (index $m 2) -}}
+{{- $e = append $e (printf "%s: expected %s instead (moved: the settings the Ray workers and the single-node pod share live in gpuPods), found %s set; move its value to %s and delete %s" $old (index $m 3) $old (index $m 3) $old) -}}
+{{- end -}}
+{{- end -}}
 {{- $actorGpus := int $topo.actorGpus -}}
 {{- $perEngine := int $t.rolloutGpusPerEngine -}}
 {{- $gpw := int $t.gpusPerWorker -}}
@@ -127,10 +144,10 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- else if gt $headShm $headMem -}}
 {{- $e = append $e (printf "rayCluster.head.shmSize: expected at most rayCluster.head.resources.limits.memory (%s), found %s" (toString $v.rayCluster.head.resources.limits.memory) (toString $v.rayCluster.head.shmSize)) -}}
 {{- end -}}
-{{- $wShm := include "miles.quantityBytes" $v.rayCluster.workers.shmSize | float64 -}}
+{{- $wShm := include "miles.quantityBytes" $v.gpuPods.shmSize | float64 -}}
 {{- $wMem := include "miles.quantityBytes" (default "" $v.rayCluster.workers.resources.limits.memory) | float64 -}}
 {{- if and (ge $wShm 0.0) (ge $wMem 0.0) (gt $wShm $wMem) -}}
-{{- $e = append $e (printf "rayCluster.workers.shmSize: expected at most rayCluster.workers.resources.limits.memory (%s), found %s" (toString $v.rayCluster.workers.resources.limits.memory) (toString $v.rayCluster.workers.shmSize)) -}}
+{{- $e = append $e (printf "gpuPods.shmSize: expected at most rayCluster.workers.resources.limits.memory (%s), found %s" (toString $v.rayCluster.workers.resources.limits.memory) (toString $v.gpuPods.shmSize)) -}}
 {{- end -}}
 {{- $full := include "miles.fullname" . -}}
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) -}}

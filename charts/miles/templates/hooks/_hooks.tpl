@@ -68,7 +68,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
   "volumeMounts" (list (dict "name" "miles-hooks" "mountPath" "/miles-hooks" "readOnly" true))
   "storage" true
   "shmSize" $v.hooks.convert.shmSize
-  "podSecurityContext" $v.gpuPodSecurityContext
+  "podSecurityContext" $v.gpuPods.podSecurityContext
   "nodeSelector" $pools.worker.nodeSelector
   "tolerations" $pools.worker.tolerations
   "scheduling" true) -}}
@@ -156,7 +156,7 @@ env:
 resources:
   {{- include "miles.gpuResources" (dict "context" . "base" $v.hooks.convert.resources "gpus" (int $v.hooks.convert.nprocPerNode) "efa" false) | nindent 2 }}
 securityContext:
-  {{- toYaml $v.gpuSecurityContext | nindent 2 }}
+  {{- toYaml $v.gpuPods.securityContext | nindent 2 }}
 {{- end -}}
 
 {{/*

@@ -50,7 +50,7 @@ headGroupSpec:
       "annotations" $rc.head.annotations
       "serviceAccountName" (include "miles.serviceAccountName" .)
       "automountToken" $v.serviceAccount.automountToken
-      "podSecurityContext" $v.gpuPodSecurityContext
+      "podSecurityContext" $v.gpuPods.podSecurityContext
       "nodeSelector" $pools.head.nodeSelector
       "tolerations" $pools.head.tolerations
       "affinity" $rc.head.affinity
@@ -76,16 +76,16 @@ workerGroupSpecs:
       {{- include "miles.podTemplate" (dict "context" . "component" "ray-worker" "pod" (dict
         "container" (include "miles.rayWorkerContainer" .)
         "labels" $rc.workers.labels
-        "annotations" $rc.workers.annotations
+        "annotations" $v.gpuPods.annotations
         "serviceAccountName" (include "miles.serviceAccountName" .)
         "automountToken" $v.serviceAccount.automountToken
-        "podSecurityContext" $v.gpuPodSecurityContext
+        "podSecurityContext" $v.gpuPods.podSecurityContext
         "nodeSelector" $pools.worker.nodeSelector
         "tolerations" $pools.worker.tolerations
         "affinity" (include "miles.rayWorkerAffinity" . | fromYaml)
         "scheduling" true
         "storage" true
-        "shmSize" $rc.workers.shmSize
+        "shmSize" $v.gpuPods.shmSize
         "restartPolicy" "Never"
         "milesPlugins" true
         "volumes" $rc.workers.extraVolumes
@@ -123,7 +123,7 @@ ports:
 resources:
   {{- include "miles.gpuResources" (dict "context" . "base" $head.resources "gpus" (int $head.gpus) "efa" false) | nindent 2 }}
 securityContext:
-  {{- toYaml .Values.gpuSecurityContext | nindent 2 }}
+  {{- toYaml .Values.gpuPods.securityContext | nindent 2 }}
 {{- end -}}
 
 {{/* miles.rayWorkerContainer: a GPU worker: all topology.gpusPerWorker GPUs of its node, and its EFA devices. */}}
@@ -146,12 +146,12 @@ ports:
 resources:
   {{- include "miles.gpuResources" (dict "context" . "base" $workers.resources "gpus" (int .Values.topology.gpusPerWorker) "efa" true) | nindent 2 }}
 securityContext:
-  {{- toYaml .Values.gpuSecurityContext | nindent 2 }}
+  {{- toYaml .Values.gpuPods.securityContext | nindent 2 }}
 {{- end -}}
 
-{{/* miles.rayWorkerAffinity: rayCluster.workers.affinity plus a required anti-affinity: one worker per node. */}}
+{{/* miles.rayWorkerAffinity: gpuPods.affinity plus a required anti-affinity: one worker per node. */}}
 {{- define "miles.rayWorkerAffinity" -}}
-{{- $affinity := default (dict) .Values.rayCluster.workers.affinity -}}
+{{- $affinity := default (dict) .Values.gpuPods.affinity -}}
 {{- $anti := default (dict) $affinity.podAntiAffinity -}}
 {{- with omit $affinity "podAntiAffinity" }}
 {{- toYaml . }}

@@ -7,16 +7,16 @@ local Ray, configured through MILES_SCRIPT_* env. Built by miles.podTemplate (_p
 {{- $pools := include "miles.pools" . | fromJson -}}
 {{- include "miles.podTemplate" (dict "context" . "component" "single-node" "pod" (dict
   "container" (include "miles.singleNodeContainer" .)
-  "annotations" $v.rayCluster.workers.annotations
+  "annotations" $v.gpuPods.annotations
   "serviceAccountName" (include "miles.serviceAccountName" .)
   "automountToken" $v.serviceAccount.automountToken
-  "podSecurityContext" $v.gpuPodSecurityContext
+  "podSecurityContext" $v.gpuPods.podSecurityContext
   "nodeSelector" $pools.worker.nodeSelector
   "tolerations" $pools.worker.tolerations
-  "affinity" $v.rayCluster.workers.affinity
+  "affinity" $v.gpuPods.affinity
   "scheduling" true
   "storage" true
-  "shmSize" $v.rayCluster.workers.shmSize
+  "shmSize" $v.gpuPods.shmSize
   "milesPlugins" true
   "restartPolicy" "Never")) }}
 {{- end -}}
@@ -24,7 +24,7 @@ local Ray, configured through MILES_SCRIPT_* env. Built by miles.podTemplate (_p
 {{- define "miles.singleNodeContainer" -}}
 {{- $v := .Values -}}
 {{- $gpus := int $v.topology.gpusPerWorker -}}
-{{- $n := int $v.rayCluster.workers.openFilesLimit -}}
+{{- $n := int $v.singleNode.openFilesLimit -}}
 {{- $extraArgs := list -}}
 {{- range (include "miles.trainArgs" . | fromJsonArray) }}{{ $extraArgs = append $extraArgs (squote .) }}{{ end -}}
 name: miles
@@ -58,7 +58,7 @@ env:
 resources:
   {{- include "miles.gpuResources" (dict "context" . "base" $v.singleNode.resources "gpus" $gpus "efa" true) | nindent 2 }}
 securityContext:
-  {{- toYaml $v.gpuSecurityContext | nindent 2 }}
+  {{- toYaml $v.gpuPods.securityContext | nindent 2 }}
 {{- end -}}
 
 {{/* miles.singleNodeJobName: <fullname>-train-<hash of the pod template and backoffLimit>. */}}
