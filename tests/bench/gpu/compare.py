@@ -32,6 +32,7 @@ from miles_hooks.core.gpu.verdict import fmt_bytes  # noqa: E402
 # of 0.85 the planted-fault arithmetic below assumes); gpu-check itself has no built-in figures.
 H200_REFERENCES = ["--tolerance", "0.85", "--matmul-tflops", "779", "--copy-gbps", "4285"]
 H200_REFERENCES += ["--allreduce-gbps", "333", "--sendrecv-gbps", "363"]
+GPU_CHECK = [sys.executable, "-m", "miles_hooks", "gpu-check", "--spec", "", *H200_REFERENCES]
 
 TARGET_RATIO = 0.95
 TARGET_WALL_S = 60.0
@@ -189,13 +190,7 @@ def main() -> int:
     # our full single-node check, default flags (the timed run)
     check_dir = out / "check"
     cmd = [
-        sys.executable,
-        "-m",
-        "miles_hooks",
-        "gpu-check",
-        "--spec",
-        "",
-        *H200_REFERENCES,
+        *GPU_CHECK,
         "--expected-gpus",
         str(n),
         "--out-dir",
@@ -241,13 +236,7 @@ def main() -> int:
         pdir = out / "planted"
         rc, stdout, _ = run(
             [
-                sys.executable,
-                "-m",
-                "miles_hooks",
-                "gpu-check",
-                "--spec",
-                "",
-                *H200_REFERENCES,
+                *GPU_CHECK,
                 *flags,
                 "--out-dir",
                 str(pdir),

@@ -34,5 +34,5 @@ def run(opts: Options) -> dict[str, Any]:
     if timed_out:
         raise HookTimeout(str(report["verdict"]))
     if not report["ok"]:
-        raise CheckFailed(str(report.get("verdict") or "gpu-check failed on another rank"))
+        raise CheckFailed(str(report["verdict"]))
     return report

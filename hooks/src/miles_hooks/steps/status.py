@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from miles_hooks.core import log, rayjobs
-from miles_hooks.core.errors import CheckFailed, HookError
+from miles_hooks.core.errors import HookError
 from miles_hooks.core.raycluster import gcs_health_settled, read_cluster_health
 from miles_hooks.core.runspec import RunSpec
 
@@ -104,12 +104,3 @@ def render(result: dict[str, Any]) -> str:
         lines.append("recent job log:")
         lines.extend(f"  | {line}" for line in result["logTail"])
     return "\n".join(lines)
-
-
-def run(spec: RunSpec, log_lines: int = DEFAULT_LOG_LINES, kube: bool = False) -> dict[str, Any]:
-    result = collect(spec, log_lines=log_lines, kube=kube)
-    found = problems(result)
-    result["problems"] = found
-    if found:
-        raise CheckFailed("run status is not healthy:", found)
-    return result

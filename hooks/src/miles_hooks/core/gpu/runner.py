@@ -217,11 +217,11 @@ def under_launcher() -> bool:
 def run_under_launcher(opts: Options, started: float) -> dict[str, Any] | None:
     """This process is one rank of a launcher's job: measure, and on global rank 0 write the report.
 
-    Returns the report (rank 0), ``{"ok": ...}`` for the other ranks, or None when the rank failed.
+    Returns the report (written and printed by rank 0 only), or None when this rank failed.
     """
     raw = rank_main(opts)
     if raw is None:
         return None
     if int(os.environ["RANK"]) != 0:
-        return {"ok": not build_report(raw, opts)["failures"]}
+        return build_report(raw, opts)
     return finish(raw, opts, time.perf_counter() - started)
