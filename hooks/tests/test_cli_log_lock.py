@@ -172,7 +172,7 @@ def test_command_table_is_the_parser() -> None:
 
 
 def test_gpu_check_flags_have_no_default_of_their_own_for_chart_values() -> None:
-    args = cli.build_parser().parse_args(["gpu-check", "--spec", ""])
+    args = cli.parse_args(["gpu-check", "--spec", ""])
     for dest in ("tolerance", "matmul_tflops", "copy_gbps", "allreduce_gbps", "sendrecv_gbps"):
         assert getattr(args, dest) is None, dest  # the run spec (the chart) or the flag decides
     opts = cli.gpu_check_options(args)
@@ -183,7 +183,7 @@ def test_gpu_check_thresholds_from_the_spec(tmp_path: Path) -> None:
     raw = base_spec()
     path = tmp_path / "run.json"
     path.write_text(json.dumps(raw))
-    args = cli.build_parser().parse_args(["gpu-check", "--spec", str(path), "--copy-gbps", "1000"])
+    args = cli.parse_args(["gpu-check", "--spec", str(path), "--copy-gbps", "1000"])
     th = cli.gpu_check_options(args).thresholds
     assert th.tolerance == raw["checks"]["gpu"]["tolerance"]
     assert th.matmul_tflops == raw["checks"]["gpu"]["matmulTflops"]
@@ -191,7 +191,7 @@ def test_gpu_check_thresholds_from_the_spec(tmp_path: Path) -> None:
 
 
 def test_gpu_check_reference_without_tolerance_is_bad_input() -> None:
-    args = cli.build_parser().parse_args(["gpu-check", "--spec", "", "--matmul-tflops", "700"])
+    args = cli.parse_args(["gpu-check", "--spec", "", "--matmul-tflops", "700"])
     with pytest.raises(BadInput, match="--matmul-tflops: a reference needs a tolerance"):
         cli.gpu_check_options(args)
 
@@ -200,4 +200,18 @@ def test_shared_option_helpers() -> None:
     timeout = cli.timeout_option(300.0, "to read")
     assert timeout.flags == ("--timeout",) and timeout.kwargs["default"] == 300.0
     assert "checks.waitReadyTimeoutSeconds" in cli.timeout_option(None, "to wait").kwargs["help"]
-    assert cli.spec_option().kwargs["default"]
+
+
+def test_spec_and_source_dir_defaults_are_read_when_parsing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("MILES_HOOKS_SPEC", raising=False)
+    monkeypatch.delenv("MILES_HOOKS_SOURCE_DIR", raising=False)
+    assert cli.parse_args(["plan"]).spec == "/etc/miles/run.json"
+    assert cli.parse_args(["prepare-data"]).source_dir is None
+    monkeypatch.setenv("MILES_HOOKS_SPEC", str(tmp_path / "run.json"))
+    monkeypatch.setenv("MILES_HOOKS_SOURCE_DIR", str(tmp_path))
+    assert cli.parse_args(["plan"]).spec == str(tmp_path / "run.json")
+    assert cli.parse_args(["gpu-check"]).spec == str(tmp_path / "run.json")
+    assert cli.parse_args(["prepare-data"]).source_dir == str(tmp_path)
+    assert cli.parse_args(["gpu-check", "--spec", ""]).spec == ""  # explicitly none

@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
 
 def parse_args(argv: list[str]) -> Options:
     """The options ``miles-hooks gpu-check ARGV`` would run with."""
-    return cli.gpu_check_options(cli.build_parser().parse_args(["gpu-check", *argv]))
+    return cli.gpu_check_options(cli.parse_args(["gpu-check", *argv]))
 
 
 # ---------------------------------------------------------------- parsing

@@ -45,17 +45,32 @@ from miles_hooks.steps import (
 
 @dataclass(frozen=True)
 class Option:
-    """One argparse argument: its flags and ``add_argument`` keywords."""
+    """One argparse argument: its flags and ``add_argument`` keywords. ``fallback`` computes the value
+    when the flag is not given, at parse time (for defaults read from the environment or the disk)."""
 
     flags: tuple[str, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
+    fallback: Callable[[], Any] | None = None
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(*self.flags, **self.kwargs)
 
+    @property
+    def dest(self) -> str:
+        return str(self.kwargs.get("dest") or self.flags[-1].lstrip("-").replace("-", "_"))
 
-def option(*flags: str, **kwargs: Any) -> Option:
-    return Option(flags, kwargs)
+
+def option(*flags: str, fallback: Callable[[], Any] | None = None, **kwargs: Any) -> Option:
+    return Option(flags, kwargs, fallback)
+
+
+def _spec_default() -> str:
+    return os.environ.get("MILES_HOOKS_SPEC") or DEFAULT_SPEC_PATH
+
+
+def _spec_default_if_present() -> str | None:
+    env = os.environ.get("MILES_HOOKS_SPEC")
+    return env or (DEFAULT_SPEC_PATH if os.path.isfile(DEFAULT_SPEC_PATH) else None)
 
 
 def spec_option(optional: bool = False) -> Option:
@@ -64,15 +79,11 @@ def spec_option(optional: bool = False) -> Option:
     ``optional``: a missing default file means "no spec" instead of an error, and ``--spec ''`` says
     so explicitly (gpu-check runs on a bare node too).
     """
-    env = os.environ.get("MILES_HOOKS_SPEC")
     if not optional:
-        return option(
-            "--spec", default=env or DEFAULT_SPEC_PATH, help=f"run spec JSON (default {DEFAULT_SPEC_PATH})"
-        )
-    default = env or (DEFAULT_SPEC_PATH if os.path.isfile(DEFAULT_SPEC_PATH) else None)
+        return option("--spec", fallback=_spec_default, help=f"run spec JSON (default {DEFAULT_SPEC_PATH})")
     return option(
         "--spec",
-        default=default,
+        fallback=_spec_default_if_present,
         help="run spec JSON: checks.gpu thresholds, topology.gpusPerWorker (default $MILES_HOOKS_SPEC, "
         f"else {DEFAULT_SPEC_PATH} when it exists; '' for none)",
     )
@@ -204,7 +215,7 @@ COMMANDS: tuple[Command, ...] = (
         (
             option(
                 "--source-dir",
-                default=os.environ.get("MILES_HOOKS_SOURCE_DIR") or None,
+                fallback=lambda: os.environ.get("MILES_HOOKS_SOURCE_DIR") or None,
                 help="copy from a local HF-layout mirror instead of the hub "
                 "(<dir>/models|datasets/<repo>/<revision>/...)",
             ),
@@ -361,16 +372,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv`` and fill in the fallbacks of the options that were not given."""
+    args = build_parser().parse_args(list(argv))
+    command = BY_NAME.get(args.step) if args.step else None
+    for opt in (*command.common, *command.options) if command else ():
+        if opt.fallback is not None and getattr(args, opt.dest) is None:
+            setattr(args, opt.dest, opt.fallback())
+    return args
+
+
 def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.step:
-        parser.print_help()
+        build_parser().print_help()
         return EXIT_BAD_INPUT
     log.setup(log.resolve_format(args.log_format), verbose=args.verbose)
     started = time.monotonic()
@@ -398,4 +418,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
-__all__ = ["COMMANDS", "STEPS", "Command", "Option", "build_parser", "main"]
+__all__ = ["COMMANDS", "STEPS", "Command", "Option", "build_parser", "main", "parse_args"]
