@@ -137,7 +137,7 @@ checkov_env() {
   stamp checkov "$req" "$lock"
 }
 
-# --- local testbed (issue 5): real control plane, kwok, KubeRay, each from its own pinned tools module ------
+# --- local testbed (docs/testbed.md): real control plane, kwok, KubeRay, each from its own pinned tools module ------
 # cluster_module MODULE LDFLAGS BIN=PACKAGE... builds the PACKAGEs of ci/tools/MODULE in ONE `go build` (shared
 # compile work) to .tools/bin/BIN; rebuilt only when that module's go.mod/go.sum change or a binary is missing.
 cluster_module() {

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# make generate / make verify-generated: the files in this repo that are written by a program, not by hand.
+#
+#   ci/generate.sh           rewrite them all
+#   ci/generate.sh --check   write nothing; exit 1 naming every generated file that differs from what
+#                            its generator writes now (make lint runs this, so make test fails on drift)
+#
+# The check runs the same generators on a scratch copy of the working tree and compares, so write and
+# check can never disagree about what "current" means.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+# what generate_in writes (charts/miles/tests: the __snapshot__ folders beside the suites); `make tools`
+# puts helm4 and helm-docs on PATH
+generated=(
+  "charts/miles/values.schema.json"
+  "charts/miles/README.md"
+  "charts/miles/tests"
+  "README.md"
+)
+generate_in() {
+  local tree=$1
+  (
+    cd "$tree"
+    echo "[generate] values.schema.json from values.yaml and the schema constraints"
+    "$root/.venv/bin/python" tests/chart/values_schema_gen.py
+    echo "[generate] charts/miles/README.md (helm-docs, from the # -- comments of values.yaml)"
+    helm-docs --chart-search-root charts --log-level warning
+    echo "[generate] helm-unittest snapshots (Helm 4)"
+    NO_COLOR=1 helm4 unittest --update-snapshot --file 'tests/**/*_test.yaml' charts/miles >/dev/null
+    echo "[generate] README.md scenario table (every values/ scenario rendered)"
+    "$root/.venv/bin/python" ci/render_scenarios.py --write-readme
+  )
+}
+
+case ${1:-} in
+  "") generate_in "$root" ;;
+  --check)
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    # the working tree as it is (tracked and new files, edits included), without tools or git
+    git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' path; do
+      [[ -e $path ]] && printf '%s\0' "$path"
+    done | tar --null -T - -cf - | tar -xf - -C "$scratch"
+    ln -s "$root/.tools" "$scratch/.tools"
+    generate_in "$scratch" >/dev/null
+    stale=()
+    for path in "${generated[@]}"; do
+      diff -r -q "$root/$path" "$scratch/$path" >/dev/null 2>&1 || stale+=("$path")
+    done
+    if ((${#stale[@]})); then
+      echo "generated files are stale: ${stale[*]}" >&2
+      echo "run \`make generate\` and commit the result" >&2
+      exit 1
+    fi
+    echo "[generate] every generated file is current: ${generated[*]}"
+    ;;
+  *)
+    echo "usage: ci/generate.sh [--check]; found '$1'" >&2
+    exit 2
+    ;;
+esac
