@@ -31,6 +31,7 @@ lint-python:
 	ruff check hooks/ tests/ ci/ images/ charts/miles/files/
 	ruff format --check hooks/ tests/ ci/ images/ charts/miles/files/
 	mypy --config-file hooks/pyproject.toml hooks/src
+	lint-imports hooks/pyproject.toml
 	mypy --config-file images/reward-service/pyproject.toml images/reward-service/src images/reward-service/tests
 	mypy --strict --ignore-missing-imports tests/bench/reward
 	mypy --strict --ignore-missing-imports ci/miles-contract tests/contract charts/miles/files
