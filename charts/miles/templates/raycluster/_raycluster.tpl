@@ -1,6 +1,7 @@
 {{/*
 miles.rayClusterSpec: the RayCluster's spec: a CPU head (rayCluster.head) and one GPU worker group
-(rayCluster.workers), each pod built by miles.podTemplate (_pod.tpl) around the container below it.
+(rayCluster.workers, plus the gpuPods settings it shares with the single-node pod), each pod built by
+miles.podTemplate (_pod.tpl) around the container below it.
 Its hash names the cluster with upgradeStrategy nameHash (miles.rayClusterName).
 */}}
 {{- define "miles.rayClusterSpec" -}}
