@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 PYTEST_ARGS ?=
 
-.PHONY: help tools lint lint-chart lint-python lint-docker unittest pytest test test-timing demo scenarios cluster-up cluster-down bench package clean-tools lock
+.PHONY: help tools generate verify-generated lint lint-chart lint-python lint-docker unittest pytest test test-timing demo scenarios cluster-up cluster-down bench package clean-tools lock
 
 help: ## list targets
 	@grep -E '^[a-z][-a-z]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -22,10 +22,16 @@ help: ## list targets
 tools: ## build every pinned tool into .tools/ and the Python env into .venv/ (idempotent)
 	@ci/install-tools.sh all
 
-lint: tools lint-chart lint-python lint-docker ## ct lint (yamllint + schema), ruff, mypy, hadolint
+generate: tools ## rewrite every generated file: values schema, chart README, helm-unittest snapshots, README scenario table
+	ci/generate.sh
+
+verify-generated: tools ## fail naming each generated file that is stale (part of lint)
+	ci/generate.sh --check
+
+lint: tools verify-generated lint-chart lint-python lint-docker ## generated files current, ct lint (yamllint + schema), ruff, mypy, hadolint
 
 lint-chart:
-	ct lint --config ci/ct.yaml --charts $(CHART)
+	ci/ct-lint.sh
 
 lint-python:
 	ruff check hooks/ tests/ ci/ images/ charts/miles/files/

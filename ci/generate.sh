@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make generate / make verify-generated: the files in this repo that are written by a program, not by hand.
 #
-#   ci/generate.sh           rewrite them all
+#   ci/generate.sh           rewrite them all: values schema, chart README, the scenario snapshot suite and
+#                            every helm-unittest snapshot, README.md's scenario table
 #   ci/generate.sh --check   write nothing; exit 1 naming every generated file that differs from what
 #                            its generator writes now (make lint runs this, so make test fails on drift)
 #
@@ -27,6 +28,8 @@ generate_in() {
     "$root/.venv/bin/python" tests/chart/values_schema_gen.py
     echo "[generate] charts/miles/README.md (helm-docs, from the # -- comments of values.yaml)"
     helm-docs --chart-search-root charts --log-level warning
+    echo "[generate] charts/miles/tests/scenarios_test.yaml (every values/ scenario x every template)"
+    "$root/.venv/bin/python" ci/scenario_suite.py
     echo "[generate] helm-unittest snapshots (Helm 4)"
     NO_COLOR=1 helm4 unittest --update-snapshot --file 'tests/**/*_test.yaml' charts/miles >/dev/null
     echo "[generate] README.md scenario table (every values/ scenario rendered)"

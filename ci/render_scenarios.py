@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import scenario_files  # ci/scenario_files.py, beside this file
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,15 +40,8 @@ def pinned_versions() -> dict[str, str]:
 
 KUBE_VERSION = pinned_versions()["KUBERNETES_VERSION"]
 
-# Overlays are layered on the base they are written for.
-SCENARIOS: dict[str, list[str]] = {
-    "colocated": ["values-colocated.yaml"],
-    "disaggregated": ["values-disaggregated.yaml"],
-    "moe": ["values-moe.yaml"],
-    "single-node": ["values-single-node.yaml"],
-    "moe + hyperpod": ["values-moe.yaml", "values-hyperpod.yaml"],
-    "colocated + reward": ["values-colocated.yaml", "values-reward.yaml"],
-}
+# scenario name -> values files, from the `helm install` line of each values/ file
+SCENARIOS: dict[str, list[str]] = scenario_files.scenarios()
 
 
 def helm_template(helm: str, files: list[str]) -> str:

@@ -31,19 +31,24 @@ def scenario_name(files: list[str]) -> str:
 
 def install_lines(path: Path) -> list[list[str]]:
     """The values files of each `helm install` line in the file's leading comment block."""
-    comment: list[str] = []
+    logical: list[str] = []  # comment lines, a line ending in a backslash joined to the next, as in a shell
+    continued = False
     for line in path.read_text().splitlines():
         if not line.startswith("#"):
             break
-        comment.append(line.lstrip("#").strip())
-    # a line ending in a backslash continues on the next comment line, as in a shell
-    joined = " ".join(comment).replace("\\ ", "")
+        text = line.lstrip("#").strip()
+        if continued:
+            logical[-1] += " " + text
+        else:
+            logical.append(text)
+        continued = logical[-1].endswith("\\")
+        logical[-1] = logical[-1].removesuffix("\\")
     found: list[list[str]] = []
-    for match in _INSTALL.finditer(joined):
-        words = shlex.split(match["rest"].split("(")[0])
+    for match in filter(None, map(_INSTALL.search, logical)):
+        words = shlex.split(match["rest"])
         files = [Path(words[i + 1]).name for i, w in enumerate(words[:-1]) if w == "-f"]
         if not files:
-            raise ScenarioError(f"{path.relative_to(ROOT)}: the `helm install` line names no -f values file")
+            raise ScenarioError(f"values/{path.name}: the `helm install` line names no -f values file")
         found.append(files)
     return found
 
@@ -55,15 +60,18 @@ def scenarios(values_dir: Path = VALUES) -> dict[str, list[str]]:
         lines = install_lines(path)
         if not lines:
             raise ScenarioError(
-                f"{path.relative_to(ROOT)}: expected a leading comment line "
+                f"values/{path.name}: expected a leading comment line "
                 "`# helm install miles ./charts/miles -f values/<file> ...`, found none"
             )
         for files in lines:
             missing = [f for f in files if not (values_dir / f).is_file()]
             if missing:
-                raise ScenarioError(f"{path.relative_to(ROOT)}: the install line names {missing}, not in values/")
+                raise ScenarioError(
+                    f"values/{path.name}: the install line names {missing}, not found in values/"
+                )
             found[scenario_name(files)] = files
-    return found
+    # scenarios of one file first, then the layered ones
+    return dict(sorted(found.items(), key=lambda item: (len(item[1]) > 1, item[0])))
 
 
 def files_alone(values_dir: Path = VALUES) -> dict[str, list[str]]:

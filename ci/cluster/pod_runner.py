@@ -54,6 +54,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
+from kubernetes.utils import parse_quantity
 
 LOG = logging.getLogger("pod-runner")
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -118,28 +119,6 @@ def expand_vars(value: str, env: dict[str, str]) -> str:
         return env.get(m.group(1), m.group(0))
 
     return VAR_REF.sub(sub, value)
-
-
-def parse_quantity(q: str) -> float:
-    units = {
-        "m": 1e-3,
-        "k": 1e3,
-        "M": 1e6,
-        "G": 1e9,
-        "T": 1e12,
-        "P": 1e15,
-        "E": 1e18,
-        "Ki": 2**10,
-        "Mi": 2**20,
-        "Gi": 2**30,
-        "Ti": 2**40,
-        "Pi": 2**50,
-        "Ei": 2**60,
-    }
-    m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", q.strip())
-    if not m or (m.group(2) not in units and m.group(2) != ""):
-        raise ValueError(f"bad quantity {q!r}")
-    return float(m.group(1)) * units.get(m.group(2), 1.0)
 
 
 class RayWorkers:

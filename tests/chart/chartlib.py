@@ -12,11 +12,16 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "ci"))
+
+import scenario_files  # noqa: E402  (ci/: the one list of scenarios, derived from values/)
+
 CHART = REPO / "charts" / "miles"
 VALUES = REPO / "values"
 TOOLS_BIN = REPO / ".tools" / "bin"
@@ -40,18 +45,9 @@ def _versions() -> dict[str, str]:
 VERSIONS = _versions()
 KUBE_VERSION = VERSIONS["KUBERNETES_VERSION"]
 
-# scenario name -> values files (overlays are rendered on top of the colocated base, and alone)
-SCENARIOS: dict[str, list[str]] = {
-    "colocated": ["values-colocated.yaml"],
-    "disaggregated": ["values-disaggregated.yaml"],
-    "moe": ["values-moe.yaml"],
-    "reward": ["values-colocated.yaml", "values-reward.yaml"],
-    "hyperpod": ["values-colocated.yaml", "values-hyperpod.yaml"],
-    "single-node": ["values-single-node.yaml"],
-    "reward-alone": ["values-reward.yaml"],
-    "hyperpod-alone": ["values-hyperpod.yaml"],
-    "local-testbed": ["values-local-testbed.yaml"],
-}
+# scenario name -> values files, read from the `helm install` line of each values/ file
+# (ci/scenario_files.py), plus every file alone: an overlay must render even without its base
+SCENARIOS: dict[str, list[str]] = {**scenario_files.files_alone(), **scenario_files.scenarios()}
 
 
 def tool(name: str) -> str:

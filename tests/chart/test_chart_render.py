@@ -55,14 +55,14 @@ EXPECTED = {
         "tensorParallel": 2,
         "expertParallel": 2,
     },
-    "reward": {
+    "colocated + reward": {
         "workerReplicas": 1,
         "clusterGpus": 8,
         "rolloutEngines": 8,
         "rolloutWorkers": 0,
         "actorGpus": 8,
     },
-    "hyperpod": {
+    "colocated + hyperpod": {
         "workerReplicas": 1,
         "clusterGpus": 8,
         "rolloutEngines": 8,
@@ -76,9 +76,26 @@ EXPECTED = {
         "rolloutWorkers": 0,
         "actorGpus": 8,
     },
-    "reward-alone": {"workerReplicas": 1, "clusterGpus": 8},
-    "hyperpod-alone": {"workerReplicas": 1, "clusterGpus": 8},
+    "moe + hyperpod": {
+        "workerReplicas": 2,
+        "clusterGpus": 16,
+        "rolloutEngines": 8,
+        "rolloutWorkers": 0,
+        "actorGpus": 16,
+        "tensorParallel": 2,
+        "expertParallel": 2,
+    },
+    "reward": {"workerReplicas": 1, "clusterGpus": 8},
+    "hyperpod": {"workerReplicas": 1, "clusterGpus": 8},
     "local-testbed": {"workerReplicas": 1, "clusterGpus": 1, "rolloutEngines": 1},
+    # the testbed overlay first, the scenario after it: the scenario's run shape wins
+    "local-testbed + colocated": {
+        "workerReplicas": 1,
+        "clusterGpus": 8,
+        "rolloutEngines": 8,
+        "rolloutWorkers": 0,
+        "actorGpus": 8,
+    },
 }
 
 
@@ -178,10 +195,10 @@ def test_train_args_carry_topology_and_batch_identity(scenario):
     assert flag("--load") == flag("--save") == spec["output"]["checkpointDir"]
     assert spec["output"]["dir"] == f"/fsx/runs/{NAMESPACE}/{RELEASE}"
     assert flag("--sglang-log-level") == flag("--sglang-log-level").lower()
-    if scenario.startswith("reward"):
+    if "reward" in scenario.split(" + "):
         assert flag("--rm-type") == "remote_rm"
         assert flag("--rm-url") == f"http://{RELEASE}-reward.{NAMESPACE}.svc:8080/score"
-    if scenario == "moe":
+    if scenario.split(" + ")[0] == "moe":
         assert flag("--sglang-mem-fraction-static") == "0.75"
 
 
@@ -340,16 +357,6 @@ def test_values_schema_is_strict_draft7():
     # a misspelled key anywhere is rejected
     values["rayCluster"]["workers"]["efaCount"] = 16
     assert not jsonschema.Draft7Validator(schema).is_valid(values)
-
-
-def test_ci_values_mirror_the_scenarios():
-    names = {"colocated", "disaggregated", "moe", "reward", "hyperpod", "single-node"}
-    ci = {p.name for p in (CHART / "ci").glob("*-values.yaml")}
-    assert ci == {f"{n}-values.yaml" for n in names}
-    for n in names:
-        assert (CHART / "ci" / f"{n}-values.yaml").read_text() == (VALUES / f"values-{n}.yaml").read_text(), (
-            f"charts/miles/ci/{n}-values.yaml differs from values/values-{n}.yaml: copy it"
-        )
 
 
 @pytest.mark.parametrize("helm", HELMS)

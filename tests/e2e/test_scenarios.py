@@ -4,20 +4,26 @@ shape, exactly one job, uninstall leaves nothing."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import testbed as tb
+
+sys.path.insert(0, str(tb.REPO / "ci"))
+import scenario_files  # ci/: the scenarios of values/
 from test_lifecycle import check_cluster_shape, check_single_job, leftovers, spec_fullname
 
 pytestmark = pytest.mark.cluster
 
+# The scenarios no other e2e file installs: release suffix -> scenario name in ci/scenario_files.py (whose
+# values files come from each values/ file's `helm install` line), each installed behind the testbed overlay.
+INSTALLED = {"moe": "moe", "hyperpod": "colocated + hyperpod", "reward": "colocated + reward"}
 SCENARIOS = {
-    "moe": [tb.OVERLAY, tb.VALUES / "values-moe.yaml"],
-    "hyperpod": [tb.OVERLAY, tb.VALUES / "values-colocated.yaml", tb.VALUES / "values-hyperpod.yaml"],
-    "reward": [tb.OVERLAY, tb.VALUES / "values-colocated.yaml", tb.VALUES / "values-reward.yaml"],
+    short: [tb.OVERLAY, *(tb.VALUES / f for f in scenario_files.scenarios()[name])]
+    for short, name in INSTALLED.items()
 }
 
 
