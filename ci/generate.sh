@@ -25,7 +25,7 @@ generate_in() {
   (
     cd "$tree"
     echo "[generate] values.schema.json from values.yaml and the schema constraints"
-    "$root/.venv/bin/python" tests/chart/values_schema_gen.py
+    "$root/.venv/bin/python" ci/values_schema_gen.py
     echo "[generate] charts/miles/README.md (helm-docs, from the # -- comments of values.yaml)"
     helm-docs --chart-search-root charts --log-level warning
     echo "[generate] charts/miles/tests/scenarios_test.yaml (every values/ scenario x every template)"

@@ -387,7 +387,7 @@ def test_values_schema_is_current():
     res = run(
         [
             sys.executable,
-            str(REPO / "tests" / "chart" / "values_schema_gen.py"),
+            str(REPO / "ci" / "values_schema_gen.py"),
             "--check",
         ],
         check=False,

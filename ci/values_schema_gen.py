@@ -1,7 +1,7 @@
 """Build charts/miles/values.schema.json from values.yaml plus the constraints below.
 
-    python3 tests/chart/values_schema_gen.py          # rewrite the schema
-    python3 tests/chart/values_schema_gen.py --check  # exit 1 when the committed schema is stale
+    python3 ci/values_schema_gen.py          # rewrite the schema
+    python3 ci/values_schema_gen.py --check  # exit 1 when the committed schema is stale
 
 Types come from the defaults in values.yaml; enums, patterns, minimums and references to the shared
 definitions come from OVERRIDES and the key-name rules in node(). Every chart-defined object gets
@@ -15,7 +15,7 @@ import sys
 
 import yaml
 
-CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "miles"
+CHART = pathlib.Path(__file__).resolve().parents[1] / "charts" / "miles"
 vals = yaml.safe_load((CHART / "values.yaml").read_text())
 Q = {
     "type": ["string", "integer"],
@@ -469,6 +469,6 @@ text = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 target = CHART / "values.schema.json"
 if "--check" in sys.argv[1:]:
     if target.read_text() != text:
-        sys.exit("charts/miles/values.schema.json is stale: run python3 tests/chart/values_schema_gen.py")
+        sys.exit("charts/miles/values.schema.json is stale: run `make generate`")
 else:
     target.write_text(text)
