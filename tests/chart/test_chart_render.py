@@ -76,27 +76,14 @@ EXPECTED = {
         "rolloutWorkers": 0,
         "actorGpus": 8,
     },
-    "moe + hyperpod": {
-        "workerReplicas": 2,
-        "clusterGpus": 16,
-        "rolloutEngines": 8,
-        "rolloutWorkers": 0,
-        "actorGpus": 16,
-        "tensorParallel": 2,
-        "expertParallel": 2,
-    },
     "reward": {"workerReplicas": 1, "clusterGpus": 8},
     "hyperpod": {"workerReplicas": 1, "clusterGpus": 8},
     "local-testbed": {"workerReplicas": 1, "clusterGpus": 1, "rolloutEngines": 1},
-    # the testbed overlay first, the scenario after it: the scenario's run shape wins
-    "local-testbed + colocated": {
-        "workerReplicas": 1,
-        "clusterGpus": 8,
-        "rolloutEngines": 8,
-        "rolloutWorkers": 0,
-        "actorGpus": 8,
-    },
 }
+# an overlay that only places pods (HyperPod) keeps its base's topology, and so does the testbed overlay
+# put first: the scenario file after it wins the run shape
+EXPECTED["moe + hyperpod"] = EXPECTED["moe"]
+EXPECTED["local-testbed + colocated"] = EXPECTED["colocated"]
 
 
 def train_job(documents):
