@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -144,32 +143,6 @@ def test_evaluate_head() -> None:
     assert errors(pf.evaluate_head([node("g1"), cpu_node("c1")], raw)) == []
     (err,) = errors(pf.evaluate_head([node("g1")], raw))
     assert "no schedulable node for the Ray head" in err.message
-
-
-def test_topology_consistency() -> None:
-    raw = base_spec()
-    assert pf.topology_findings(raw) == []
-    dis = copy.deepcopy(raw)
-    dis["topology"].update(
-        {
-            "colocate": False,
-            "actorNodes": 1,
-            "rolloutGpus": 16,
-            "rolloutEngines": 8,
-            "rolloutGpusPerEngine": 2,
-            "enginesPerWorker": 4,
-            "rolloutWorkers": 2,
-            "workerReplicas": 3,
-            "clusterGpus": 24,
-        }
-    )
-    assert pf.topology_findings(dis) == []
-    dis["topology"]["workerReplicas"] = 2
-    found = pf.topology_findings(dis)
-    assert any(f.subject == "topology.workerReplicas" and "expected 3" in f.message for f in found)
-    tp = copy.deepcopy(raw)
-    tp["topology"]["tensorParallel"] = 3
-    assert any(f.subject == "topology.tensorParallel" for f in pf.topology_findings(tp))
 
 
 def test_crd_served() -> None:

@@ -50,6 +50,36 @@ def test_efa_below_node_allocatable(namespace: str, inputs_ready: Callable[..., 
     assert "efa" in out.lower() and "15" in out, out[-3000:]
 
 
+def test_what_the_api_server_refuses_fails_before_any_download(
+    namespace: str, inputs_ready: Callable[..., Any]
+) -> None:
+    """Values the chart renders but Kubernetes refuses, one per kind of rule; preflight's server-side dry
+    run names each object and field, and the install stops before prepare-data and convert exist. (A value
+    that breaks the preflight Job itself is refused by the API server when Helm creates that Job.)"""
+    extra = [
+        # the Priority admission plugin: the class must exist (a RayCluster template, sent as a Pod)
+        "--set", "scheduling.priorityClassName=no-such-priority",
+        # Pod validation: requests above limits
+        "--set", "rayCluster.workers.resources.requests.cpu=32",
+        "--set", "rayCluster.workers.resources.limits.cpu=16",
+        # Pod validation: an Exists toleration carries no value
+        "--set", "gpuPods.tolerations[0].key=nvidia.com/gpu",
+        "--set", "gpuPods.tolerations[0].operator=Exists",
+        "--set", "gpuPods.tolerations[0].value=present",
+    ]  # fmt: skip
+    inputs_ready(COLOCATED, "miles", namespace, extra)
+    out = install_fails(namespace, extra)
+    worker_pod = "RayCluster/miles-"
+    assert worker_pod in out and "spec.workerGroupSpecs[0].template (as a Pod)" in out, out[-4000:]
+    assert 'no PriorityClass with name no-such-priority was found' in out, out[-4000:]
+    assert "must be less than or equal to cpu limit" in out, out[-4000:]
+    assert "spec.tolerations[0].operator" in out and "value must be empty when `operator` is 'Exists'" in out, out[-4000:]
+    assert "Job/miles-convert" in out, "the convert Job carries the GPU tolerations: " + out[-4000:]
+    for step in ("prepare-data", "convert"):
+        found = tb.kubectl("get", "job", f"miles-{step}", "-n", namespace, check=False)
+        assert found.rc != 0, f"job/miles-{step} exists: preflight let the install go on"
+
+
 def test_missing_secret(namespace: str, inputs_ready: Callable[..., Any]) -> None:
     inputs_ready(COLOCATED, "miles", namespace)
     tb.kubectl("-n", namespace, "delete", "secret", "hf-token")

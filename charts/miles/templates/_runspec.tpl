@@ -182,6 +182,7 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
       "efaResource" $v.gpuPods.efa.resourceName
       "efaPerNode" (int $v.gpuPods.efa.count)
       "cluster" $v.cluster.preset)
+    "apiDryRun" (eq (include "miles.apiDryRun" .) "true")
     "waitReadyTimeoutSeconds" (int $v.checks.waitReadyTimeoutSeconds)
     "gpu" (dict
       "enabled" $gpuChecks.enabled

@@ -172,3 +172,69 @@ exist only when it is non-empty, and the Role grants only what these steps use.
 {{- end -}}
 {{- toJson $keys -}}
 {{- end -}}
+
+{{/*
+miles.apiDryRun: "true" when preflight sends the release's objects to the API server as a dry run.
+*/}}
+{{- define "miles.apiDryRun" -}}
+{{- $p := .Values.hooks.preflight -}}
+{{- if and .Values.hooks.enabled $p.enabled $p.apiDryRun }}true{{ end -}}
+{{- end -}}
+
+{{/*
+miles.dryRunManifests: the release's objects that exist only after preflight, as one multi-document
+YAML (the hook copy of the run spec carries it to preflight). Left out: the run spec ConfigMaps (they
+carry this), the hooks' own RBAC and ServiceAccount (created before preflight), the helm test pod.
+tests/chart checks that every template file is either listed here or named as left out.
+*/}}
+{{- define "miles.dryRunTemplates" -}}
+{{- toJson (list
+  "serviceaccount/serviceaccount.yaml"
+  "storage/storageclass.yaml"
+  "storage/persistentvolume.yaml"
+  "storage/persistentvolumeclaim.yaml"
+  "plugins/configmap.yaml"
+  "networkpolicy/networkpolicy.yaml"
+  "raycluster/raycluster.yaml"
+  "single-node/job.yaml"
+  "reward/deployment.yaml"
+  "reward/service.yaml"
+  "reward/poddisruptionbudget.yaml"
+  "reward/podmonitor.yaml"
+  "reward/networkpolicy.yaml"
+  "hooks/job.yaml") -}}
+{{- end -}}
+
+{{- define "miles.dryRunManifests" -}}
+{{- range (include "miles.dryRunTemplates" . | fromJsonArray) }}
+{{- $out := include (print $.Template.BasePath "/" .) $ | trim }}
+{{- if $out }}
+---
+{{ $out }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+miles.dryRunResources: JSON {apiGroup: [resource, ...]} of the objects in miles.dryRunManifests, plus pods
+for the RayCluster's pod templates (preflight dry-runs a Pod from each). Kinds the chart renders only.
+*/}}
+{{- define "miles.dryRunResources" -}}
+{{- $plural := dict "ServiceAccount" "serviceaccounts" "StorageClass" "storageclasses" "PersistentVolume" "persistentvolumes" "PersistentVolumeClaim" "persistentvolumeclaims" "ConfigMap" "configmaps" "NetworkPolicy" "networkpolicies" "RayCluster" "rayclusters" "Job" "jobs" "Deployment" "deployments" "Service" "services" "PodDisruptionBudget" "poddisruptionbudgets" "PodMonitor" "podmonitors" "Pod" "pods" -}}
+{{- $cluster := list "StorageClass" "PersistentVolume" -}}
+{{- $out := dict -}}
+{{- range $doc := splitList "\n---\n" (include "miles.dryRunManifests" .) -}}
+{{- $obj := fromYaml $doc -}}
+{{- if and $obj.kind (not (has $obj.kind $cluster)) -}}
+{{- $kinds := list $obj.kind -}}
+{{- if eq $obj.kind "RayCluster" }}{{ $kinds = append $kinds "Pod" }}{{ end -}}
+{{- range $kind := $kinds -}}
+{{- $group := ternary "" (regexReplaceAll "/[^/]*$" $obj.apiVersion "") (eq $kind "Pod") -}}
+{{- if not (contains "/" $obj.apiVersion) }}{{ $group = "" }}{{ end -}}
+{{- $res := get $plural $kind | required (printf "miles.dryRunResources: no resource name for kind %s" $kind) -}}
+{{- $_ := set $out $group (append (get $out $group | default list) $res | uniq | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}

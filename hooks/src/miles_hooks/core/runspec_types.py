@@ -192,6 +192,7 @@ class HealthSpec(TypedDict):
 
 class ChecksSpec(TypedDict):
     nodes: NodesSpec
+    apiDryRun: bool  # preflight dry-runs manifests.yaml, beside the run spec
     waitReadyTimeoutSeconds: int
     gpu: GpuSpec
     health: HealthSpec  # run-health thresholds used by report/helm test

@@ -74,9 +74,11 @@ def render(spec: RunSpec) -> str:
             else ""
         )
     )
+    head_gpus = int(raw["rayCluster"]["headGpus"])
     lines.append(
         f"topology    {'colocated' if t['colocate'] else 'disaggregated'}: {t['workerReplicas']} worker "
-        f"pod(s) x {t['gpusPerWorker']} GPUs = {t['clusterGpus']} GPUs"
+        f"pod(s) x {t['gpusPerWorker']} GPUs{f' + {head_gpus} on the head' if head_gpus else ''} "
+        f"= {t['clusterGpus']} GPUs"
     )
     lines.append(
         f"actor       {t['actorNodes']} node(s) x {t['actorGpusPerNode']} GPUs = {t['actorGpus']} GPUs; "

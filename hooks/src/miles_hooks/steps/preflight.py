@@ -1,25 +1,27 @@
 """preflight: will this release work on this cluster? Fails fast, naming the value to change.
 
-Pure functions (node matching, capacity, topology, storage, secrets) take plain dicts in the shape the
+Pure functions (node matching, capacity, storage, secrets) take plain dicts in the shape the
 Kubernetes API returns; ``run`` gathers those objects through the API and reports every finding at once.
 Checks: the ``rayclusters.ray.io`` CRD is served at v1 (and a KubeRay operator pod is seen, when the
 cluster-scope read is granted); enough schedulable nodes match the worker selector and tolerations, each
 with allocatable GPUs >= GPUs per worker and an EFA request equal to its allocatable EFA count; a node
 exists for the head; the storage claim is bound (or created by the chart) and ReadWriteMany; each
-referenced Secret and key exists; a ``prometheus`` Service is neutralised by ``PROMETHEUS_PORT``; the
-topology numbers are consistent.
+referenced Secret and key exists; a ``prometheus`` Service is neutralised by ``PROMETHEUS_PORT``; the API
+server accepts every object of the release that is still to come (a server-side dry run, see
+``core.dry_run``). The values rules (topology arithmetic included) live in the chart alone: preflight reads
+the derived numbers from the run spec and checks only what needs the live cluster.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import kube, log
+from miles_hooks.core import dry_run, kube, log
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.fsutil import human_bytes
 from miles_hooks.core.quantity import parse_count
@@ -27,6 +29,7 @@ from miles_hooks.core.runspec import RunSpec
 from miles_hooks.core.runspec_types import NodePoolSpec, RawSpec, TolerationSpec
 
 LOG = log.get("preflight")
+MANIFESTS_FILE = "manifests.yaml"  # beside run.json in the run-hook ConfigMap
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 HYPERPOD_HEALTH = "sagemaker.amazonaws.com/node-health-status"
@@ -234,106 +237,6 @@ def evaluate_head(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
 # --------------------------------------------------------------------------- spec-only checks (pure)
 
 
-def topology_findings(raw: RawSpec) -> list[Finding]:
-    t = raw["topology"]
-    out: list[Finding] = []
-
-    def expect(field: str, found: int, expected: int, why: str) -> None:
-        if found != expected:
-            out.append(
-                Finding(
-                    ERROR,
-                    f"topology.{field}",
-                    f"expected {expected} ({why}), found {found}; the "
-                    "chart computes the topology: re-render with a consistent chart or fix the values",
-                )
-            )
-
-    expect(
-        "actorGpus", t["actorGpus"], t["actorNodes"] * t["actorGpusPerNode"], "actorNodes x actorGpusPerNode"
-    )
-    expect(
-        "rolloutGpus",
-        t["rolloutGpus"],
-        t["rolloutEngines"] * t["rolloutGpusPerEngine"],
-        "rolloutEngines x rolloutGpusPerEngine",
-    )
-    expect(
-        "actorGpusPerNode",
-        t["actorGpusPerNode"],
-        t["gpusPerWorker"],
-        "--num-gpus-per-node must equal GPUs per pod",
-    )
-    if t["colocate"]:
-        expect("rolloutGpus", t["rolloutGpus"], t["actorGpus"], "colocated: rollout shares the actor GPUs")
-        expect("rolloutWorkers", t["rolloutWorkers"], 0, "colocated")
-        expect("workerReplicas", t["workerReplicas"], t["actorNodes"], "colocated: one worker per actor node")
-    else:
-        per_worker = t["gpusPerWorker"] // t["rolloutGpusPerEngine"]
-        expect("enginesPerWorker", t["enginesPerWorker"], per_worker, "gpusPerWorker / rolloutGpusPerEngine")
-        if per_worker:
-            expect(
-                "rolloutWorkers",
-                t["rolloutWorkers"],
-                math.ceil(t["rolloutEngines"] / per_worker),
-                "ceil(rolloutEngines / enginesPerWorker)",
-            )
-        expect(
-            "workerReplicas",
-            t["workerReplicas"],
-            t["actorNodes"] + t["rolloutWorkers"],
-            "actorNodes + rolloutWorkers",
-        )
-    expect(
-        "clusterGpus",
-        t["clusterGpus"],
-        t["workerReplicas"] * t["gpusPerWorker"],
-        "workerReplicas x gpusPerWorker",
-    )
-    layouts = (
-        (
-            "topology.tensorParallel",
-            "TP x PP x CP",
-            t["tensorParallel"] * t["pipelineParallel"] * t["contextParallel"],
-            "; change the parallelism or the actor node count",
-        ),
-        (
-            "topology.expertParallel",
-            "ETP x EP x PP",
-            t["expertTensorParallel"] * t["expertParallel"] * t["pipelineParallel"],
-            "",
-        ),
-    )
-    for subject, product, size, advice in layouts:
-        if t["actorGpus"] % size:
-            out.append(
-                Finding(
-                    ERROR,
-                    subject,
-                    f"actor GPUs ({t['actorGpus']}) must be a multiple of {product} ({size}){advice}",
-                )
-            )
-    if t["rolloutGpusPerEngine"] > t["gpusPerWorker"]:
-        out.append(
-            Finding(
-                ERROR,
-                "topology.rolloutGpusPerEngine",
-                f"{t['rolloutGpusPerEngine']} GPUs per engine exceed the "
-                f"{t['gpusPerWorker']} GPUs of a worker",
-            )
-        )
-    per_node = raw["checks"]["nodes"]["gpusPerNode"]
-    if t["gpusPerWorker"] > per_node:
-        out.append(
-            Finding(
-                ERROR,
-                "topology.gpusPerWorker",
-                f"{t['gpusPerWorker']} GPUs per worker exceed checks.nodes.gpusPerNode={per_node}",
-            )
-        )
-    return out
-
-
 def image_findings(raw: RawSpec) -> list[Finding]:
     if raw["images"]["milesRollingTag"]:
         return [
@@ -507,7 +410,7 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
     raw = spec.raw
     ns = spec.namespace
     core = api.core()
-    findings: list[Finding] = [*topology_findings(raw), *image_findings(raw)]
+    findings: list[Finding] = image_findings(raw)
 
     if raw["mode"] == "rayCluster":
         group = f"{kube.RAY_GROUP}/{kube.RAY_VERSION}"
@@ -563,12 +466,46 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
         found[name] = None if secret is None else {"data": dict.fromkeys((secret.data or {}).keys(), "")}
     findings.extend(secret_findings(found, raw))
 
+    if raw["checks"]["apiDryRun"]:
+        findings.extend(dry_run_findings(api, spec))
+
     prometheus = kube.optional(
         "reading service/prometheus",
         lambda: core.read_namespaced_service("prometheus", ns),
         absent=(kube.NotFound, kube.Forbidden),
     )
     findings.extend(prometheus_findings(prometheus is not None, raw))
+    return findings
+
+
+def dry_run_findings(api: kube.Api, spec: RunSpec) -> list[Finding]:
+    """The release's objects to come, each sent to the API server as a server-side dry run."""
+    manifests = Path(spec.path).parent / MANIFESTS_FILE
+    try:
+        text = manifests.read_text("utf-8")
+    except OSError as exc:
+        return [
+            Finding(
+                ERROR,
+                "checks.apiDryRun",
+                f"expected the release's manifests at {manifests} (the chart's run-hook ConfigMap carries "
+                f"them when hooks.preflight.apiDryRun is true), found none: {exc.strerror}",
+            )
+        ]
+    batch = dry_run.candidates(dry_run.parse_manifests(text, str(manifests)))
+    outcomes = dry_run.send_all(api, batch, spec.namespace)
+    findings = [
+        Finding(ERROR, o.subject, f"the API server refuses it: {o.refused}") for o in outcomes if o.refused
+    ]
+    findings += [Finding(WARNING, o.subject, f"not dry-run: {o.unchecked}") for o in outcomes if o.unchecked]
+    accepted = sum(1 for o in outcomes if not o.refused and not o.unchecked)
+    findings.append(
+        Finding(
+            INFO,
+            "checks.apiDryRun",
+            f"the API server accepts {accepted} of {len(outcomes)} object(s) (dry run)",
+        )
+    )
     return findings
 
 

@@ -1,0 +1,132 @@
+"""Server-side dry run of the release's objects: what the API server, its admission plugins and webhooks
+and a CRD's schema would refuse, found before anything long runs.
+
+A RayCluster's pod templates are only turned into Pods later, by the KubeRay operator, and a CRD's schema
+does not apply Kubernetes' Pod rules (toleration shapes, requests above limits, quantities, names), so
+each template is also sent as a Pod of its own. Every request is a server-side apply with dryRun=All:
+nothing is stored, and an object the release already holds (an upgrade) is checked as the update it
+would get.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from miles_hooks.core import kube
+from miles_hooks.core.errors import BadInput
+
+FIELD_MANAGER = "miles-preflight"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One object to send, and where it came from (what a user's message names)."""
+
+    subject: str  # kind/name, or the RayCluster template it was built from
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    subject: str
+    refused: str | None = None  # the API server's reason, naming the field
+    unchecked: str | None = None  # why the object could not be checked (no permission, kind not served)
+
+
+def parse_manifests(text: str, source: str) -> list[dict[str, Any]]:
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise BadInput(f"{source}: expected multi-document YAML, found a parse error: {exc}") from exc
+    objects = [d for d in docs if d is not None]
+    for i, obj in enumerate(objects):
+        if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
+            raise BadInput(
+                f"{source}: document {i + 1}: expected an object with apiVersion and kind, found {obj!r:.80}"
+            )
+    return objects
+
+
+def _subject(obj: dict[str, Any]) -> str:
+    return f"{obj['kind']}/{obj.get('metadata', {}).get('name', '?')}"
+
+
+def _template_pods(cluster: dict[str, Any]) -> Iterator[Candidate]:
+    name = cluster.get("metadata", {}).get("name", "raycluster")
+    spec = cluster.get("spec", {})
+    groups = [("head", "spec.headGroupSpec.template", spec.get("headGroupSpec", {}))]
+    groups += [
+        (f"worker-{i}", f"spec.workerGroupSpecs[{i}].template", g)
+        for i, g in enumerate(spec.get("workerGroupSpecs") or [])
+    ]
+    for suffix, where, group in groups:
+        template = group.get("template") or {}
+        meta = dict(template.get("metadata") or {})
+        meta["name"] = f"{name}-dry-run-{suffix}"[:63].rstrip("-")
+        yield Candidate(
+            f"RayCluster/{name} {where} (as a Pod)",
+            {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template.get("spec") or {}},
+        )
+
+
+def candidates(objects: list[dict[str, Any]]) -> list[Candidate]:
+    out: list[Candidate] = []
+    for obj in objects:
+        out.append(Candidate(_subject(obj), obj))
+        if obj["kind"] == "RayCluster":
+            out.extend(_template_pods(obj))
+    return out
+
+
+def _refusal(exc: Any) -> str:
+    try:
+        body = json.loads(exc.body)
+    except (TypeError, ValueError):
+        return f"HTTP {exc.status}: {exc.reason}"
+    return str(body.get("message") or f"HTTP {exc.status}: {exc.reason}")
+
+
+def send_all(api: kube.Api, batch: list[Candidate], namespace: str) -> list[Outcome]:
+    """One dry-run apply per candidate. Refusals (400/409/422 and webhook denials) are outcomes, not
+    exceptions; anything else (the API server unreachable, 5xx) raises :class:`kube.ApiError`."""
+    # kubernetes is imported on use (as in core.kube): the convert pod's image does not ship it
+    from kubernetes.dynamic import DynamicClient  # noqa: PLC0415
+
+    with kube.api_call("API discovery for the dry run"):
+        resources = DynamicClient(api.client).resources  # type: ignore[no-untyped-call]
+    return [_send(resources, c, namespace) for c in batch]
+
+
+def _send(resources: Any, candidate: Candidate, namespace: str) -> Outcome:
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError  # noqa: PLC0415
+
+    body = candidate.body
+    try:
+        resource = resources.get(api_version=body["apiVersion"], kind=body["kind"])
+    except ResourceNotFoundError:
+        return Outcome(candidate.subject, unchecked=f"{body['apiVersion']} {body['kind']} is not served here")
+    try:
+        resource.server_side_apply(
+            body=body,
+            name=body["metadata"]["name"],
+            namespace=namespace if resource.namespaced else None,
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+            dry_run="All",
+        )
+    except ApiException as exc:
+        reason = _refusal(exc)
+        if exc.status in (401, 403) and "admission webhook" not in reason:
+            return Outcome(candidate.subject, unchecked=f"the hooks' account may not apply it: {reason}")
+        if "does not support dry run" in reason:
+            return Outcome(candidate.subject, unchecked=reason)
+        if exc.status in (400, 403, 404, 409, 422):
+            return Outcome(candidate.subject, refused=reason)
+        raise kube.translate(f"dry-running {candidate.subject}", exc) from exc
+    return Outcome(candidate.subject)

@@ -1,0 +1,68 @@
+"""The pure half of the server-side dry run: which objects preflight sends, and how a RayCluster's pod
+templates become Pods. The requests themselves go to the real API server in tests/e2e."""
+
+from __future__ import annotations
+
+import pytest
+
+from miles_hooks.core import dry_run
+from miles_hooks.core.errors import BadInput
+
+CLUSTER = """
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: miles}
+---
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata: {name: miles-0a1b2c3d}
+spec:
+  headGroupSpec:
+    template:
+      metadata: {labels: {app: head}}
+      spec: {containers: [{name: ray-head, image: miles:1}]}
+  workerGroupSpecs:
+    - groupName: gpu
+      template:
+        spec:
+          tolerations: [{key: nvidia.com/gpu, operator: Exists, value: "x"}]
+          containers: [{name: ray-worker, image: miles:1}]
+"""
+
+
+def test_every_object_is_sent_and_each_raycluster_template_as_a_pod() -> None:
+    batch = dry_run.candidates(dry_run.parse_manifests(CLUSTER, "manifests.yaml"))
+    assert [c.subject for c in batch] == [
+        "ServiceAccount/miles",
+        "RayCluster/miles-0a1b2c3d",
+        "RayCluster/miles-0a1b2c3d spec.headGroupSpec.template (as a Pod)",
+        "RayCluster/miles-0a1b2c3d spec.workerGroupSpecs[0].template (as a Pod)",
+    ]
+    head, worker = batch[2].body, batch[3].body
+    assert head["kind"] == "Pod" and head["metadata"] == {
+        "labels": {"app": "head"},
+        "name": "miles-0a1b2c3d-dry-run-head",
+    }
+    assert worker["spec"]["tolerations"][0]["value"] == "x", "the template is sent as written"
+
+
+def test_pod_names_stay_within_63_characters() -> None:
+    long = CLUSTER.replace("miles-0a1b2c3d", "m" * 60)
+    for c in dry_run.candidates(dry_run.parse_manifests(long, "manifests.yaml"))[2:]:
+        name = c.body["metadata"]["name"]
+        assert len(name) <= 63 and not name.endswith("-")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a: [", "expected multi-document YAML"),
+        ("- 1\n- 2\n", "document 1: expected an object with apiVersion and kind"),
+        ("apiVersion: v1\nmetadata: {name: x}\n", "document 1: expected an object with apiVersion and kind"),
+    ],
+)
+def test_unreadable_manifests_name_the_file_and_document(text: str, expected: str) -> None:
+    with pytest.raises(BadInput, match=expected) as err:
+        dry_run.parse_manifests(text, "/etc/miles/run/manifests.yaml")
+    assert "/etc/miles/run/manifests.yaml" in str(err.value)

@@ -1,0 +1,72 @@
+"""What preflight's server-side dry run sees is what Helm will create: the `manifests.yaml` of the run-hook
+ConfigMap holds, object for object, every release object that exists only after preflight, and the
+dry-run Role lets the hooks' account apply each of those kinds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from chartlib import RELEASE, SCENARIOS, docs, find, render
+
+HOOK = "helm.sh/hook"
+# created before preflight (or the helm test pod): not dry-run
+BEFORE_PREFLIGHT = {
+    ("ConfigMap", f"{RELEASE}-run"),
+    ("ConfigMap", f"{RELEASE}-run-hook"),
+    ("ServiceAccount", f"{RELEASE}-hooks"),
+    ("Role", f"{RELEASE}-hooks"),
+    ("Role", f"{RELEASE}-hooks-dry-run"),
+    ("RoleBinding", f"{RELEASE}-hooks"),
+    ("RoleBinding", f"{RELEASE}-hooks-dry-run"),
+}
+HOOKS_CLUSTER_RBAC = ("ClusterRole", "ClusterRoleBinding")  # the node reader, created before preflight
+
+
+def key(obj: dict) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def dry_run_objects(rendered: list[dict]) -> list[dict]:
+    (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
+    return [d for d in yaml.safe_load_all(hook_copy["data"]["manifests.yaml"]) if d]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_dry_run_covers_every_object_created_after_preflight(scenario: str) -> None:
+    rendered = docs(render("helm4", scenario))
+    expected = {
+        key(d): d
+        for d in rendered
+        if key(d) not in BEFORE_PREFLIGHT
+        and not str(d["metadata"].get("annotations", {}).get(HOOK, "")).startswith("test")
+        and d["kind"] not in HOOKS_CLUSTER_RBAC
+    }
+    sent = {key(d): d for d in dry_run_objects(rendered)}
+    assert sorted(sent) == sorted(expected)
+    for k, obj in expected.items():
+        assert sent[k] == obj, f"{k}: the dry run would check another object than Helm creates"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_dry_run_role_grants_apply_on_each_namespaced_kind(scenario: str) -> None:
+    rendered = docs(render("helm4", scenario))
+    (role,) = find(rendered, "Role", f"{RELEASE}-hooks-dry-run")
+    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert all(rule["verbs"] == ["create", "patch"] for rule in role["rules"])
+    for obj in dry_run_objects(rendered):
+        if obj["kind"] in ("StorageClass", "PersistentVolume"):
+            continue  # cluster-scoped: preflight reports them as not dry-run (no cluster-wide create)
+        group = obj["apiVersion"].rpartition("/")[0]
+        assert any(g == group for g, _ in granted), f"{key(obj)}: no rule for API group {group!r}"
+    if any(d["kind"] == "RayCluster" for d in dry_run_objects(rendered)):
+        assert ("", "pods") in granted, "the RayCluster's pod templates are dry-run as Pods"
+
+
+def test_off_switch_leaves_no_manifests_no_role_and_tells_the_hooks() -> None:
+    rendered = docs(render("helm4", "colocated", ("--set", "hooks.preflight.apiDryRun=false")))
+    (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
+    assert "manifests.yaml" not in hook_copy["data"]
+    assert not find(rendered, "Role", f"{RELEASE}-hooks-dry-run")
+    assert json.loads(hook_copy["data"]["run.json"])["checks"]["apiDryRun"] is False
