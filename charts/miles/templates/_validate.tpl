@@ -196,6 +196,139 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- if and (eq $v.reward.backend "reward_model") (not $v.reward.modelPath) -}}
 {{- $e = append $e "reward.modelPath: expected a model directory when reward.backend is reward_model, found none" -}}
 {{- end -}}
+{{- /* Kubernetes' own Pod rules on what the values pass through (k8s.io/kubernetes pkg/apis/core/validation): a request may not exceed its limit */ -}}
+{{- range $r := list
+  (list "rayCluster.head.resources" $v.rayCluster.head.resources)
+  (list "rayCluster.workers.resources" $v.rayCluster.workers.resources)
+  (list "singleNode.resources" $v.singleNode.resources)
+  (list "hooks.resources" $v.hooks.resources)
+  (list "hooks.prepareData.resources" $v.hooks.prepareData.resources)
+  (list "hooks.convert.resources" $v.hooks.convert.resources)
+  (list "reward.resources" $v.reward.resources) -}}
+{{- $limits := (index $r 1).limits | default dict -}}
+{{- range $name, $req := ((index $r 1).requests | default dict) -}}
+{{- if hasKey $limits $name -}}
+{{- $rq := include "miles.quantityBytes" $req | float64 -}}
+{{- $lm := include "miles.quantityBytes" (get $limits $name) | float64 -}}
+{{- if and (ge $rq 0.0) (ge $lm 0.0) (gt $rq $lm) -}}
+{{- $e = append $e (printf "%s.requests.%s: expected at most %s.limits.%s (%s), found %s" (index $r 0) $name (index $r 0) $name (toString (get $limits $name)) (toString $req)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* toleration shapes the API server refuses (validateTolerations) */ -}}
+{{- range $tl := list
+  (list "gpuPods.tolerations" $v.gpuPods.tolerations)
+  (list "rayCluster.head.tolerations" $v.rayCluster.head.tolerations)
+  (list "hooks.tolerations" $v.hooks.tolerations)
+  (list "reward.tolerations" $v.reward.tolerations) -}}
+{{- range $i, $tol := (index $tl 1) | default list -}}
+{{- $at := printf "%s[%d]" (index $tl 0) $i -}}
+{{- if and (eq (toString $tol.operator) "Exists") $tol.value -}}
+{{- $e = append $e (printf "%s.value: expected none when operator is Exists (an Exists toleration matches any value), found %q" $at (toString $tol.value)) -}}
+{{- end -}}
+{{- if and (not $tol.key) (ne (toString $tol.operator) "Exists") -}}
+{{- $e = append $e (printf "%s.operator: expected Exists when key is empty (an empty key tolerates every taint only with Exists), found %q" $at (toString (default "Equal" $tol.operator))) -}}
+{{- end -}}
+{{- if and (hasKey $tol "tolerationSeconds") (ne (toString $tol.effect) "NoExecute") -}}
+{{- $e = append $e (printf "%s.tolerationSeconds: expected only with effect NoExecute (it bounds how long a pod stays after a NoExecute taint), found it with effect %q" $at (toString (default "" $tol.effect))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* /dev/shm is a memory-backed emptyDir: it counts against the pod's memory limit */ -}}
+{{- range $p := list
+  (list "singleNode.resources.limits.memory" $v.gpuPods.shmSize (dig "limits" "memory" "" $v.singleNode.resources) "gpuPods.shmSize" (eq $v.mode "singleNode"))
+  (list "hooks.convert.resources.limits.memory" $v.hooks.convert.shmSize (dig "limits" "memory" "" $v.hooks.convert.resources) "hooks.convert.shmSize" $v.hooks.convert.enabled) -}}
+{{- $shm := include "miles.quantityBytes" (index $p 1) | float64 -}}
+{{- $mem := include "miles.quantityBytes" (index $p 2) | float64 -}}
+{{- if and (index $p 4) (index $p 2) (ge $shm 0.0) (ge $mem 0.0) (gt $shm $mem) -}}
+{{- $e = append $e (printf "%s: expected at most %s (%s), found %s" (index $p 3) (index $p 0) (toString (index $p 2)) (toString (index $p 1))) -}}
+{{- end -}}
+{{- end -}}
+{{- /* an image reference is repository[:tag][@digest]; a repository carrying its own tag or digest renders repo:a:b */ -}}
+{{- range $img := list (list "image" $v.image) (list "hooks.image" $v.hooks.image) (list "reward.image" $v.reward.image) -}}
+{{- $repo := toString (index $img 1).repository -}}
+{{- if or (contains "@" $repo) (contains ":" (last (splitList "/" $repo))) -}}
+{{- $e = append $e (printf "%s.repository: expected a repository without tag or digest (set %s.tag or %s.digest), found %q" (index $img 0) (index $img 0) (index $img 0) $repo) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.rayCluster.gcsFaultTolerance.enabled $v.rayCluster.gcsFaultTolerance.redisAddress (not (regexMatch "^(redis://|rediss://)?[^:/@]+(:[0-9]{1,5})$" (toString $v.rayCluster.gcsFaultTolerance.redisAddress))) -}}
+{{- $e = append $e (printf "rayCluster.gcsFaultTolerance.redisAddress: expected host:port (Ray's GCS joins it as given), found %q" (toString $v.rayCluster.gcsFaultTolerance.redisAddress)) -}}
+{{- end -}}
+{{- /* the chart's selectors and NetworkPolicies match these labels: a pod label may not replace them */ -}}
+{{- range $k := keys ($v.scheduling.podLabels | default dict) | sortAlpha -}}
+{{- if or (has $k (list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/part-of")) (hasPrefix "ray.io/" $k) -}}
+{{- $e = append $e (printf "scheduling.podLabels.%s: expected a label the chart does not set (its selectors, NetworkPolicies and KubeRay match on app.kubernetes.io/name, instance, component, part-of and ray.io/*), found %s" $k $k) -}}
+{{- end -}}
+{{- end -}}
+{{- /* every file the run reads or writes lives on the shared volume: elsewhere it is lost when the pod exits, and resume breaks */ -}}
+{{- $mount := trimSuffix "/" (toString $v.storage.mountPath) -}}
+{{- if or (eq $mount "") (eq $mount "/root/miles") (hasPrefix (printf "%s/" $mount) "/root/miles/") (hasPrefix "/root/miles/" $mount) -}}
+{{- $e = append $e (printf "storage.mountPath: expected a directory that neither holds nor lies inside /root/miles (the miles image's code), found %q" (toString $v.storage.mountPath)) -}}
+{{- end -}}
+{{- range $pth := list
+  (list "model.hfPath" $v.model.hfPath)
+  (list "model.torchDistPath" $v.model.torchDistPath)
+  (list "data.promptData" $v.data.promptData)
+  (list "output.dir" $v.output.dir)
+  (list "reward.modelPath" $v.reward.modelPath) -}}
+{{- $val := toString (index $pth 1) -}}
+{{- if and (hasPrefix "/" $val) (not (hasPrefix (printf "%s/" $mount) $val)) -}}
+{{- $e = append $e (printf "%s: expected a path under storage.mountPath (%s/…) or a relative one, found %q (outside the shared volume: lost when the pod exits, and a resumed run cannot find it)" (index $pth 0) $mount $val) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $d := $v.data.evalData | default list -}}
+{{- if and (hasPrefix "/" (toString $d.path)) (not (hasPrefix (printf "%s/" $mount) (toString $d.path))) -}}
+{{- $e = append $e (printf "data.evalData[%d].path: expected a path under storage.mountPath (%s/…) or a relative one, found %q" $i $mount (toString $d.path)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $d := $v.data.datasets | default list -}}
+{{- if and (hasPrefix "/" (toString $d.path)) (not (hasPrefix (printf "%s/" $mount) (toString $d.path))) -}}
+{{- $e = append $e (printf "data.datasets[%d].path: expected a path under storage.mountPath (%s/…) or a relative one, found %q" $i $mount (toString $d.path)) -}}
+{{- end -}}
+{{- end -}}
+{{- /* miles' argparse reads "--lr 2e-6" as one unknown flag: each flag and value is its own list item */ -}}
+{{- range $i, $a := $r.extraArgs | default list -}}
+{{- if and (hasPrefix "--" (toString $a)) (regexMatch "\\s" (toString $a)) -}}
+{{- $e = append $e (printf "recipe.extraArgs[%d]: expected one token per item (write [%q, %q]), found %q" $i (index (regexSplit "\\s+" (toString $a) 2) 0) (index (regexSplit "\\s+" (toString $a) 2) 1) (toString $a)) -}}
+{{- end -}}
+{{- end -}}
+{{- /* hook events: a step runs where what it needs exists (the RayCluster exists only after install/upgrade; prepare-data and convert must finish before it starts) */ -}}
+{{- if $v.hooks.enabled -}}
+{{- $phases := list
+  (list "preflight" (list "pre-install" "pre-upgrade"))
+  (list "prepareData" (list "pre-install" "pre-upgrade"))
+  (list "convert" (list "pre-install" "pre-upgrade"))
+  (list "convertCheck" (list "pre-install" "pre-upgrade"))
+  (list "waitReady" (list "post-install" "post-upgrade"))
+  (list "verify" (list "post-install" "post-upgrade"))
+  (list "submit" (list "post-install" "post-upgrade")) -}}
+{{- range $ph := $phases -}}
+{{- $step := get $v.hooks (index $ph 0) -}}
+{{- if $step.enabled -}}
+{{- $events := splitList "," (toString (get ($step.annotations | default dict) "helm.sh/hook")) -}}
+{{- range $ev := $events -}}
+{{- if not (has (trim $ev) (index $ph 1)) -}}
+{{- $e = append $e (printf "hooks.%s.annotations.helm.sh/hook: expected events among %s (%s), found %q" (index $ph 0) (join ", " (index $ph 1)) (ternary "it prepares what the RayCluster needs before it starts" "it needs the RayCluster, which exists only after install/upgrade" (hasPrefix "pre-" (first (index $ph 1)))) (trim $ev)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $pair := list (list "preflight" "prepareData") (list "prepareData" "convert") (list "preflight" "convert") (list "waitReady" "verify") (list "verify" "submit") (list "waitReady" "submit") -}}
+{{- $a := get $v.hooks (index $pair 0) -}}
+{{- $b := get $v.hooks (index $pair 1) -}}
+{{- if and $a.enabled $b.enabled -}}
+{{- $wa := int (get ($a.annotations | default dict) "helm.sh/hook-weight" | default "0") -}}
+{{- $wb := int (get ($b.annotations | default dict) "helm.sh/hook-weight" | default "0") -}}
+{{- if ge $wa $wb -}}
+{{- $e = append $e (printf "hooks.%s.annotations.helm.sh/hook-weight: expected more than hooks.%s's (%d: %s runs after %s), found %d" (index $pair 1) (index $pair 0) $wa (index $pair 1) (index $pair 0) $wb) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not $v.hooks.rbac.create) $v.serviceAccount.create (or $v.hooks.preflight.enabled $v.hooks.prepareData.enabled $v.hooks.convert.enabled) -}}
+{{- $e = append $e (printf "hooks.rbac.create: expected true, or serviceAccount.create false with serviceAccount.name an existing account, found false with serviceAccount.create true: the pre-install hook pods would run as %q, which Helm creates only after those hooks" (include "miles.serviceAccountName" .)) -}}
+{{- end -}}
+{{- end -}}
 {{- if $e -}}
 {{- fail (printf "\n\nmiles: %d invalid value(s):\n  - %s\n" (len $e) (join "\n  - " $e)) -}}
 {{- end -}}
