@@ -122,7 +122,7 @@ def test_run_spec_validates_against_the_hooks_schema(helm, scenario):
     spec = run_spec(documents)
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(spec), key=lambda e: list(e.path))
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
-    # the hook copy that pre-install hooks mount carries a byte-identical run.json (and the dry run's manifests)
+    # the hook copy that pre-install hooks mount: a byte-identical run.json, and the dry run's manifests
     hook_copy = find(documents, "ConfigMap", f"{RELEASE}-run-hook")
     normal = find(documents, "ConfigMap", f"{RELEASE}-run")[0]["data"]
     assert hook_copy and hook_copy[0]["data"]["run.json"] == normal["run.json"]
