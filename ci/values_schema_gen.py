@@ -5,8 +5,11 @@
 
 Types come from the defaults in values.yaml; enums, patterns, minimums and references to the shared
 definitions come from OVERRIDES and the key-name rules in node(). Every chart-defined object gets
-additionalProperties: false; Kubernetes pass-through objects (affinity, securityContext, volumes,
-valueFrom) are typed as objects and left to the API server and kubeconform.
+additionalProperties: false. Kubernetes' own shapes come from the pinned upstream sources through
+ci/k8s_shapes.py: the objects passed through to pods (tolerations, affinity, security contexts, env,
+volumes, NetworkPolicy peers) are the API's definitions, strict; label keys and values, annotation keys,
+resource names, DNS subdomains and Secret keys use apimachinery's formats and length limits. What those
+cannot express (an Exists toleration with a value, a request above its limit) is in _validate.tpl.
 """
 
 import json
@@ -15,17 +18,51 @@ import sys
 
 import yaml
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import k8s_shapes
+
 CHART = pathlib.Path(__file__).resolve().parents[1] / "charts" / "miles"
 vals = yaml.safe_load((CHART / "values.yaml").read_text())
 Q = {
     "type": ["string", "integer"],
     "pattern": r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$",
 }
+
+
+def api(name):
+    """An API definition as the values schema embeds it: strict, descriptions dropped (size)."""
+
+    def strip(n):
+        if isinstance(n, dict):
+            return {k: strip(v) for k, v in n.items() if k != "description" or not isinstance(v, str)}
+        if isinstance(n, list):
+            return [strip(v) for v in n]
+        return n
+
+    kind = name.rsplit(".", 1)[-1]
+    schema = strip(k8s_shapes.api_schema(name))
+    return {"description": f"Kubernetes {kind} (k8s.io/kubernetes swagger)", **schema}
+
+
+# keys as patternProperties, not propertyNames: Helm's validator reports a propertyNames failure at a
+# wrong location, an additional property at the right one
+LABEL_KEY = k8s_shapes.label_key_schema()["pattern"]
+toleration = api("io.k8s.api.core.v1.Toleration")
+# the values the API's description lists (TolerationOperator / TaintEffect are not enums in the swagger)
+toleration["properties"]["operator"]["enum"] = ["Exists", "Equal"]
+toleration["properties"]["effect"]["enum"] = ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]
+env_var = api("io.k8s.api.core.v1.EnvVar")
+env_var["required"] = ["name"]
+env_var["properties"]["name"] = {
+    "type": "string",
+    "pattern": f"^{k8s_shapes.name_formats()['envVarNameFmt']}$",
+}
 defs = {
     "quantity": {"description": "Kubernetes quantity", **Q},
     "resourceMap": {
         "type": "object",
-        "additionalProperties": {"$ref": "#/definitions/quantity"},
+        "patternProperties": {LABEL_KEY: {"$ref": "#/definitions/quantity"}},
+        "additionalProperties": False,
     },
     "resources": {
         "type": "object",
@@ -35,42 +72,34 @@ defs = {
             "limits": {"$ref": "#/definitions/resourceMap"},
         },
     },
-    "stringMap": {"type": "object", "additionalProperties": {"type": "string"}},
-    "toleration": {
+    "labels": {
         "type": "object",
+        "description": "label keys and values as the API server accepts them (apimachinery formats)",
+        "patternProperties": {LABEL_KEY: k8s_shapes.label_value_schema()},
         "additionalProperties": False,
-        "properties": {
-            "key": {"type": "string"},
-            "operator": {"enum": ["Exists", "Equal"]},
-            "value": {"type": "string"},
-            "effect": {"enum": ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]},
-            "tolerationSeconds": {"type": "integer", "minimum": 0},
-        },
     },
+    "toleration": toleration,
     "tolerations": {"type": "array", "items": {"$ref": "#/definitions/toleration"}},
-    "envVar": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["name"],
-        "properties": {
-            "name": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_.-]*$"},
-            "value": {"type": "string"},
-            "valueFrom": {
-                "type": "object",
-                "description": "Kubernetes EnvVarSource (checked by the API server)",
-            },
-        },
-    },
+    "envVar": env_var,
     "env": {"type": "array", "items": {"$ref": "#/definitions/envVar"}},
-    "k8sObject": {
+    "affinity": api("io.k8s.api.core.v1.Affinity"),
+    "securityContext": api("io.k8s.api.core.v1.SecurityContext"),
+    "podSecurityContext": api("io.k8s.api.core.v1.PodSecurityContext"),
+    "volumes": {"type": "array", "items": api("io.k8s.api.core.v1.Volume")},
+    "volumeMounts": {"type": "array", "items": api("io.k8s.api.core.v1.VolumeMount")},
+    "networkPolicyPeers": {"type": "array", "items": api("io.k8s.api.networking.v1.NetworkPolicyPeer")},
+    "extendedResource": k8s_shapes.extended_resource_schema(),
+    "dnsSubdomainOrEmpty": k8s_shapes.dns_subdomain_or_empty_schema(),
+    "secretKey": k8s_shapes.config_key_schema(),
+    "annotations": {
         "type": "object",
-        "description": "a Kubernetes object passed through as is (checked by the API server and kubeconform)",
+        "patternProperties": {LABEL_KEY: {"type": "string"}},
+        "additionalProperties": False,
     },
-    "k8sList": {"type": "array", "items": {"type": "object"}},
-    "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
     "hookAnnotations": {
         "type": "object",
-        "additionalProperties": {"type": "string"},
+        "patternProperties": {LABEL_KEY: {"type": "string"}},
+        "additionalProperties": False,
         "anyOf": [{"required": ["helm.sh/hook"]}, {"required": ["argocd.argoproj.io/hook"]}],
         "description": "annotations of a hook object; must name its phase, as Helm hook events "
         "(helm.sh/hook) or as an Argo CD hook (argocd.argoproj.io/hook, with the helm.sh keys set to null)",
@@ -93,8 +122,6 @@ defs = {
             "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
         },
     },
-    "absOrRelPath": {"type": "string", "pattern": "^[^\\s]*$"},
-    "podSecurityContext": {"$ref": "#/definitions/k8sObject"},
 }
 OVERRIDES = {
     "nameOverride": {
@@ -247,8 +274,8 @@ OVERRIDES = {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
     },
-    "secrets.huggingface.key": {"type": "string", "pattern": "^[-._a-zA-Z0-9]+$"},
-    "secrets.wandb.key": {"type": "string", "pattern": "^[-._a-zA-Z0-9]+$"},
+    "secrets.huggingface.key": {"$ref": "#/definitions/secretKey"},
+    "secrets.wandb.key": {"$ref": "#/definitions/secretKey"},
     "secrets.extra": {
         "type": "array",
         "items": {
@@ -260,7 +287,7 @@ OVERRIDES = {
                     "type": "string",
                     "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
                 },
-                "key": {"type": "string", "pattern": "^[-._a-zA-Z0-9]+$"},
+                "key": {"$ref": "#/definitions/secretKey"},
                 "env": {"type": "string", "pattern": "^[A-Z_][A-Z0-9_]*$"},
                 "required": {"type": "boolean"},
             },
@@ -274,6 +301,8 @@ OVERRIDES = {
     "rayCluster.upgradeStrategy.type": {"enum": ["Recreate", "None"]},
     "rayCluster.upgradeStrategy.method": {"enum": ["nameHash", "crd"]},
     "rayCluster.annotations": {"$ref": "#/definitions/annotations"},
+    "rayCluster.gcsFaultTolerance.redisPasswordSecret": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
+    "rayCluster.gcsFaultTolerance.redisPasswordKey": {"$ref": "#/definitions/secretKey"},
     "rayCluster.head.gpus": {"type": "integer", "minimum": 0},
     "rayCluster.workers.groupName": {
         "type": "string",
@@ -288,21 +317,25 @@ OVERRIDES = {
     "gpuPods.nccl.nvlsEnable": {"enum": ["0", "1"]},
     "gpuPods.nccl.debug": {"enum": ["VERSION", "WARN", "INFO", "TRACE"]},
     "gpuPods.nccl.proto": {"type": "string", "pattern": "^[A-Za-z0-9,^]+$"},
-    "gpuPods.securityContext": {"$ref": "#/definitions/k8sObject"},
-    "gpuPods.podSecurityContext": {"$ref": "#/definitions/k8sObject"},
+    "gpuPods.securityContext": {"$ref": "#/definitions/securityContext"},
+    "gpuPods.podSecurityContext": {"$ref": "#/definitions/podSecurityContext"},
+    "gpuPods.gpuResource": {"$ref": "#/definitions/extendedResource"},
+    "gpuPods.efa.resourceName": {"$ref": "#/definitions/extendedResource"},
+    "scheduling.priorityClassName": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
+    "scheduling.schedulerName": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
     "scheduling.kueueQueue": {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
     },
-    "networkPolicy.extraFrom": {"$ref": "#/definitions/k8sList"},
+    "networkPolicy.extraFrom": {"$ref": "#/definitions/networkPolicyPeers"},
     "serviceAccount.name": {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
     },
-    "podSecurityContext": {"$ref": "#/definitions/k8sObject"},
-    "securityContext": {"$ref": "#/definitions/k8sObject"},
-    "hooks.podSecurityContext": {"$ref": "#/definitions/k8sObject"},
-    "hooks.securityContext": {"$ref": "#/definitions/k8sObject"},
+    "podSecurityContext": {"$ref": "#/definitions/podSecurityContext"},
+    "securityContext": {"$ref": "#/definitions/securityContext"},
+    "hooks.podSecurityContext": {"$ref": "#/definitions/podSecurityContext"},
+    "hooks.securityContext": {"$ref": "#/definitions/securityContext"},
     "submit.onChange": {"enum": ["restart", "fail"]},
     "submit.entrypointResources": {
         "type": "object",
@@ -377,7 +410,7 @@ def node(path, v):
     if last in ("tolerations",):
         return {"$ref": "#/definitions/tolerations"}
     if last in ("nodeSelector", "labels", "podLabels"):
-        return {"$ref": "#/definitions/stringMap"}
+        return {"$ref": "#/definitions/labels"}
     if last in ("annotations", "podAnnotations") and path.startswith("hooks."):
         return {"$ref": "#/definitions/hookAnnotations"}
     if last in ("annotations", "podAnnotations", "runSpecAnnotations"):
@@ -387,11 +420,13 @@ def node(path, v):
             else "#/definitions/annotations"
         }
     if last in ("affinity",):
-        return {"$ref": "#/definitions/k8sObject"}
+        return {"$ref": "#/definitions/affinity"}
     if last in ("extraEnv",):
         return {"$ref": "#/definitions/env"}
-    if last in ("extraVolumes", "extraVolumeMounts"):
-        return {"$ref": "#/definitions/k8sList"}
+    if last == "extraVolumes":
+        return {"$ref": "#/definitions/volumes"}
+    if last == "extraVolumeMounts":
+        return {"$ref": "#/definitions/volumeMounts"}
     if last in ("rayStartParams",):
         return {
             "type": "object",

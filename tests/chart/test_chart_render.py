@@ -323,9 +323,9 @@ def test_values_schema_is_strict_draft7():
     jsonschema.Draft7Validator.check_schema(schema)
     text = json.dumps(schema)
     assert '"$ref": "http' not in text, "no remote $ref"
-    # every chart-defined object is closed; a schema without properties is either a typed map
-    # (additionalProperties: <schema>) or a Kubernetes pass-through object (definitions/k8sObject)
-    allowed_open = {"k8sObject", "k8sList", "hookAnnotations", "annotations", "stringMap", "resourceMap"}
+    # every object is closed (chart-defined, and Kubernetes' own definitions made strict); maps are typed
+    # by their key and value formats
+    typed_maps = {"hookAnnotations", "annotations", "labels", "resourceMap"}
 
     def walk(node, path):
         if isinstance(node, dict):
@@ -340,7 +340,9 @@ def test_values_schema_is_strict_draft7():
                 walk(v, f"{path}/{i}")
 
     walk(schema, "#")
-    assert set(schema["definitions"]) >= allowed_open
+    assert set(schema["definitions"]) >= typed_maps
+    for name in typed_maps:
+        assert schema["definitions"][name]["additionalProperties"] is False, name
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     jsonschema.Draft7Validator(schema).validate(values)
     # a misspelled key anywhere is rejected

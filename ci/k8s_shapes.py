@@ -1,0 +1,160 @@
+"""Kubernetes' own shapes for the values schema, read from the pinned upstream sources (never typed here).
+
+- Objects the values pass through to a pod (tolerations, affinity, security contexts, env, volumes, a
+  NetworkPolicy peer): the definitions of api/openapi-spec/swagger.json in the k8s.io/kubernetes module
+  at KUBERNETES_VERSION, inlined and made strict the way ci/kubeconform/gen-schemas.py does, so a
+  misspelled field fails `helm template` and `helm lint` offline.
+- Name formats (label keys and values, DNS-1123 subdomains, qualified names, ConfigMap/Secret keys) and
+  their length limits: the constants of pkg/util/validation/validation.go in the k8s.io/apimachinery
+  module of the same release.
+
+Both modules come from the Go module cache (filled by `make tools`) or the Go module proxy.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib.util
+import json
+import pathlib
+import re
+from functools import cache
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+@cache
+def _kubeconform_gen() -> Any:
+    spec = importlib.util.spec_from_file_location("gen_schemas", HERE / "kubeconform" / "gen-schemas.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def kubernetes_version() -> str:
+    return str(_kubeconform_gen().read_versions()["KUBERNETES_VERSION"])
+
+
+@cache
+def _swagger_definitions() -> dict[str, Any]:
+    gen = _kubeconform_gen()
+    swagger = gen.module_dir("k8s.io/kubernetes", kubernetes_version()) / "api/openapi-spec/swagger.json"
+    return dict(json.loads(swagger.read_text())["definitions"])
+
+
+def api_schema(name: str) -> dict[str, Any]:
+    """The strict, standalone schema of one API definition, e.g. io.k8s.api.core.v1.Toleration."""
+    gen = _kubeconform_gen()
+    defs = _swagger_definitions()
+    schema: dict[str, Any] = gen.strictify(gen.inline(defs, copy.deepcopy(defs[name]), (name,)))
+    return schema
+
+
+_CONST = re.compile(r"^const\s+(\w+)(?:\s+(?:string|int))?\s*=\s*(.+?)\s*$")
+
+
+def _go_constants(source: str) -> dict[str, str | int]:
+    """Top-level `const NAME [type] = <literals and names joined by +>` lines of a Go file."""
+    consts: dict[str, str | int] = {}
+    for line in source.splitlines():
+        m = _CONST.match(line)
+        if not m:
+            continue
+        name, expr = m.groups()
+        if re.fullmatch(r"[0-9]+", expr):
+            consts[name] = int(expr)
+            continue
+        parts = re.findall(r'"(?:[^"\\]|\\.)*"|`[^`]*`|\w+', expr)
+        value = ""
+        for part in parts:
+            if part.startswith('"'):
+                value += ast.literal_eval(part)
+            elif part.startswith("`"):
+                value += part[1:-1]
+            elif part in consts:
+                value += str(consts[part])
+            else:
+                break  # an expression this reader does not follow: leave the constant out
+        else:
+            consts[name] = value
+    return consts
+
+
+@cache
+def name_formats() -> dict[str, str | int]:
+    minor_patch = kubernetes_version().split(".", 1)[1]
+    gen = _kubeconform_gen()
+    source = gen.module_dir("k8s.io/apimachinery", f"0.{minor_patch}") / "pkg/util/validation/validation.go"
+    consts = _go_constants(source.read_text())
+    needed = (
+        "qnameCharFmt",
+        "qnameExtCharFmt",
+        "qualifiedNameFmt",
+        "qualifiedNameMaxLength",
+        "labelValueFmt",
+        "LabelValueMaxLength",
+        "dns1123SubdomainFmt",
+        "DNS1123SubdomainMaxLength",
+        "configMapKeyFmt",
+    )
+    missing = [n for n in needed if n not in consts]
+    if missing:
+        raise SystemExit(
+            f"{source}: expected the constants {', '.join(missing)}, found none (an apimachinery change?)"
+        )
+    return consts
+
+
+def _bounded_qualified_name(f: dict[str, str | int]) -> str:
+    """qualifiedNameFmt with its length limit folded in (JSON Schema cannot bound one part of a key)."""
+    inner = int(f["qualifiedNameMaxLength"]) - 2
+    return f"({f['qnameCharFmt']}{f['qnameExtCharFmt']}{{0,{inner}}})?{f['qnameCharFmt']}"
+
+
+def label_key_schema() -> dict[str, Any]:
+    f = name_formats()
+    prefix_max = int(f["DNS1123SubdomainMaxLength"])
+    return {
+        "pattern": f"^({f['dns1123SubdomainFmt']}/)?{_bounded_qualified_name(f)}$",
+        "maxLength": prefix_max + 1 + int(f["qualifiedNameMaxLength"]),
+    }
+
+
+def label_value_schema() -> dict[str, Any]:
+    f = name_formats()
+    return {
+        "type": "string",
+        "pattern": f"^{f['labelValueFmt']}$",
+        "maxLength": int(f["LabelValueMaxLength"]),
+    }
+
+
+def extended_resource_schema() -> dict[str, Any]:
+    """A resource name outside the kubernetes.io domain must carry a domain prefix (nvidia.com/gpu)."""
+    f = name_formats()
+    return {
+        "type": "string",
+        "pattern": f"^{f['dns1123SubdomainFmt']}/{_bounded_qualified_name(f)}$",
+        "maxLength": int(f["DNS1123SubdomainMaxLength"]) + 1 + int(f["qualifiedNameMaxLength"]),
+    }
+
+
+def dns_subdomain_or_empty_schema() -> dict[str, Any]:
+    f = name_formats()
+    return {
+        "type": "string",
+        "pattern": f"^({f['dns1123SubdomainFmt']})?$",
+        "maxLength": int(f["DNS1123SubdomainMaxLength"]),
+    }
+
+
+def config_key_schema() -> dict[str, Any]:
+    f = name_formats()
+    return {
+        "type": "string",
+        "pattern": f"^{f['configMapKeyFmt']}$",
+        "maxLength": int(f["DNS1123SubdomainMaxLength"]),
+    }
