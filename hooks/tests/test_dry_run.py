@@ -66,3 +66,17 @@ def test_unreadable_manifests_name_the_file_and_document(text: str, expected: st
     with pytest.raises(BadInput, match=expected) as err:
         dry_run.parse_manifests(text, "/etc/miles/run/manifests.yaml")
     assert "/etc/miles/run/manifests.yaml" in str(err.value)
+
+
+def test_a_template_pod_whose_account_the_release_creates_is_checked_as_default() -> None:
+    """The ServiceAccount admission plugin refuses a Pod whose account does not exist yet, and the
+    release's own account is created only after the pre-install hooks."""
+    text = CLUSTER.replace(
+        "spec: {containers: [{name: ray-head, image: miles:1}]}",
+        "spec: {serviceAccountName: miles, containers: [{name: ray-head, image: miles:1}]}",
+    )
+    head = dry_run.candidates(dry_run.parse_manifests(text, "manifests.yaml"))[2]
+    assert head.body["spec"]["serviceAccountName"] == "default"
+    foreign = text.replace("serviceAccountName: miles,", "serviceAccountName: platform-runner,")
+    head = dry_run.candidates(dry_run.parse_manifests(foreign, "manifests.yaml"))[2]
+    assert head.body["spec"]["serviceAccountName"] == "platform-runner", "an existing account is kept"

@@ -20,6 +20,7 @@ BEFORE_PREFLIGHT = {
     ("Role", f"{RELEASE}-hooks-dry-run"),
     ("RoleBinding", f"{RELEASE}-hooks"),
     ("RoleBinding", f"{RELEASE}-hooks-dry-run"),
+    ("Job", f"{RELEASE}-preflight"),
 }
 HOOKS_CLUSTER_RBAC = ("ClusterRole", "ClusterRoleBinding")  # the node reader, created before preflight
 

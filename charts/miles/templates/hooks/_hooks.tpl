@@ -184,7 +184,8 @@ miles.apiDryRun: "true" when preflight sends the release's objects to the API se
 {{/*
 miles.dryRunManifests: the release's objects that exist only after preflight, as one multi-document
 YAML (the hook copy of the run spec carries it to preflight). Left out: the run spec ConfigMaps (they
-carry this), the hooks' own RBAC and ServiceAccount (created before preflight), the helm test pod.
+carry this), the hooks' own RBAC and ServiceAccount and the preflight Job (created before preflight
+runs), the helm test pod.
 tests/chart checks that every template file is either listed here or named as left out.
 */}}
 {{- define "miles.dryRunTemplates" -}}
@@ -206,11 +207,15 @@ tests/chart checks that every template file is either listed here or named as le
 {{- end -}}
 
 {{- define "miles.dryRunManifests" -}}
+{{- $preflight := include "miles.componentName" (dict "context" . "component" "preflight") -}}
 {{- range (include "miles.dryRunTemplates" . | fromJsonArray) }}
-{{- $out := include (print $.Template.BasePath "/" .) $ | trim }}
-{{- if $out }}
+{{- range $doc := splitList "\n---" (include (print $.Template.BasePath "/" .) $) }}
+{{- $obj := fromYaml $doc }}
+{{- /* the preflight Job itself exists already: the API server admitted it */ -}}
+{{- if and $obj.kind (not (and (eq $obj.kind "Job") (eq $obj.metadata.name $preflight))) }}
 ---
-{{ $out }}
+{{ trim $doc }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end -}}

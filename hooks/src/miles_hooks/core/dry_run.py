@@ -11,6 +11,7 @@ would get.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ from miles_hooks.core import kube
 from miles_hooks.core.errors import BadInput
 
 FIELD_MANAGER = "miles-preflight"
+# RBAC's denial; any other 403 is an admission plugin refusing the object (Pod Security, quota, priority)
+_RBAC_DENIAL = re.compile(r"cannot (create|patch) resource")
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def _subject(obj: dict[str, Any]) -> str:
     return f"{obj['kind']}/{obj.get('metadata', {}).get('name', '?')}"
 
 
-def _template_pods(cluster: dict[str, Any]) -> Iterator[Candidate]:
+def _template_pods(cluster: dict[str, Any], created_accounts: set[str]) -> Iterator[Candidate]:
     name = cluster.get("metadata", {}).get("name", "raycluster")
     spec = cluster.get("spec", {})
     groups = [("head", "spec.headGroupSpec.template", spec.get("headGroupSpec", {}))]
@@ -68,18 +71,24 @@ def _template_pods(cluster: dict[str, Any]) -> Iterator[Candidate]:
         template = group.get("template") or {}
         meta = dict(template.get("metadata") or {})
         meta["name"] = f"{name}-dry-run-{suffix}"[:63].rstrip("-")
+        pod_spec = dict(template.get("spec") or {})
+        if pod_spec.get("serviceAccountName") in created_accounts:
+            # the release creates that account only after the pre-install hooks, and the ServiceAccount
+            # admission plugin refuses a Pod whose account does not exist yet: check the Pod as "default"
+            pod_spec["serviceAccountName"] = "default"
         yield Candidate(
             f"RayCluster/{name} {where} (as a Pod)",
-            {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template.get("spec") or {}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec},
         )
 
 
 def candidates(objects: list[dict[str, Any]]) -> list[Candidate]:
+    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
     out: list[Candidate] = []
     for obj in objects:
         out.append(Candidate(_subject(obj), obj))
         if obj["kind"] == "RayCluster":
-            out.extend(_template_pods(obj))
+            out.extend(_template_pods(obj, accounts))
     return out
 
 
@@ -122,7 +131,7 @@ def _send(resources: Any, candidate: Candidate, namespace: str) -> Outcome:
         )
     except ApiException as exc:
         reason = _refusal(exc)
-        if exc.status in (401, 403) and "admission webhook" not in reason:
+        if exc.status == 401 or (exc.status == 403 and _RBAC_DENIAL.search(reason)):
             return Outcome(candidate.subject, unchecked=f"the hooks' account may not apply it: {reason}")
         if "does not support dry run" in reason:
             return Outcome(candidate.subject, unchecked=reason)
