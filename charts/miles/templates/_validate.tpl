@@ -293,6 +293,47 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "recipe.extraArgs[%d]: expected one token per item (write [%q, %q]), found %q" $i (index (regexSplit "\\s+" (toString $a) 2) 0) (index (regexSplit "\\s+" (toString $a) 2) 1) (toString $a)) -}}
 {{- end -}}
 {{- end -}}
+{{- /* a flag the chart renders from a value, repeated in extraArgs: miles' argparse keeps the last one, silently */ -}}
+{{- $trainArgs := include "miles.trainArgs" . | fromJsonArray -}}
+{{- $ownArgs := slice $trainArgs 0 (sub (len $trainArgs) (len ($r.extraArgs | default list))) -}}
+{{- $flagValues := dict "--colocate" "topology.colocate" "--sequence-parallel" "topology.sequenceParallel" "--use-tensorboard" "recipe.tracking.tensorboard" "--use-wandb" "recipe.tracking.wandb.enabled" "--use-fault-tolerance" "recipe.useFaultTolerance" "--actor-num-nodes" "topology.actorNodes" "--tensor-model-parallel-size" "topology.tensorParallel" "--pipeline-model-parallel-size" "topology.pipelineParallel" "--expert-model-parallel-size" "topology.expertParallel" "--rollout-num-gpus" "topology.rolloutGpus" "--rollout-num-gpus-per-engine" "topology.rolloutGpusPerEngine" -}}
+{{- range $i, $a := $r.extraArgs | default list -}}
+{{- $flag := toString $a -}}
+{{- if and (hasPrefix "--" $flag) (or (has $flag $ownArgs) (hasKey $flagValues $flag)) -}}
+{{- $e = append $e (printf "recipe.extraArgs[%d]: expected a flag the chart does not render, found %s (the chart writes it from %s: set that value instead; a repeated flag silently overrides the chart's topology and accounting)" $i $flag (get $flagValues $flag | default "its values")) -}}
+{{- end -}}
+{{- end -}}
+{{- /* the converter runs one process per GPU of one node (hooks.convert.nprocPerNode GPUs on the pod) */ -}}
+{{- if $v.hooks.convert.enabled -}}
+{{- if gt (int $v.hooks.convert.nprocPerNode) (int $t.gpusPerWorker) -}}
+{{- $e = append $e (printf "hooks.convert.nprocPerNode: expected at most the GPUs of a node (topology.gpusPerWorker %d), found %d" (int $t.gpusPerWorker) (int $v.hooks.convert.nprocPerNode)) -}}
+{{- end -}}
+{{- /* a command of its own (torchrun ...) must start as many processes as the pod gets GPUs */ -}}
+{{- $cmd := $v.hooks.convert.command -}}
+{{- range $i, $c := $cmd -}}
+{{- $arg := toString $c -}}
+{{- if regexMatch "^--nproc[-_]per[-_]node(=|$)" $arg -}}
+{{- $n := ternary (regexReplaceAll "^[^=]*=" $arg "") (toString (index $cmd (min (add1 $i) (sub (len $cmd) 1)))) (contains "=" $arg) -}}
+{{- if ne $n (toString (int $v.hooks.convert.nprocPerNode)) -}}
+{{- $e = append $e (printf "hooks.convert.command: expected %s %d to match hooks.convert.nprocPerNode (the pod gets that many GPUs), found %s %s" (regexReplaceAll "=.*" $arg "") (int $v.hooks.convert.nprocPerNode) (regexReplaceAll "=.*" $arg "") $n) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* the job driver's entrypoint resources must exist on a Ray node, or the job waits for ever */ -}}
+{{- if eq $v.mode "rayCluster" -}}
+{{- $offered := dict "CPU" 1 "GPU" 1 "memory" 1 "gpu_node" 1 -}}
+{{- with $v.rayCluster.head.rayStartParams.resources -}}
+{{- range $k, $_ := (trimAll "'\"" (toString .) | replace "\\\"" "\"" | fromJson) }}{{ $_ := set $offered $k 1 }}{{ end -}}
+{{- end -}}
+{{- range $k := keys ($v.submit.entrypointResources | default dict) | sortAlpha -}}
+{{- if not (hasKey $offered $k) -}}
+{{- $e = append $e (printf "submit.entrypointResources.%s: expected a resource a Ray node offers (CPU, GPU, memory, gpu_node on the workers, or one in rayCluster.head.rayStartParams.resources), found %s: the job would wait for it for ever" $k $k) -}}
+{{- else if and (eq $k "gpu_node") (gt (float64 (get $v.submit.entrypointResources $k)) 1.0) -}}
+{{- $e = append $e (printf "submit.entrypointResources.gpu_node: expected at most 1 (each worker offers gpu_node: 1), found %v" (get $v.submit.entrypointResources $k)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* hook events: a step runs where what it needs exists (the RayCluster exists only after install/upgrade; prepare-data and convert must finish before it starts) */ -}}
 {{- if $v.hooks.enabled -}}
 {{- $phases := list
