@@ -1,13 +1,18 @@
 """Failure paths: each makes `helm install` fail at preflight with a message naming the cause, and leaves no
-RayCluster behind (the real preflight code against the real API server and KubeRay CRD)."""
+RayCluster behind (the real preflight code against the real API server and KubeRay CRD); and the valid
+configurations preflight must not refuse."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import testbed as tb
+import yaml
 
 pytestmark = pytest.mark.cluster
 
@@ -134,3 +139,47 @@ def test_missing_kuberay_crd(namespace: str, inputs_ready: Callable[..., Any]) -
             timeout=300,
             interval=1,
         )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param([tb.VALUES / "values-colocated.yaml"], id="colocated with a GPU head"),
+        pytest.param([tb.VALUES / "values-disaggregated.yaml"], id="disaggregated with a GPU head"),
+    ],
+)
+def test_preflight_passes_valid_configurations_it_once_refused(
+    values: list[Path], namespace: str, tmp_path: Path
+) -> None:
+    """A GPU head puts its GPUs into the run spec's clusterGpus: a preflight that re-derived the topology
+    refused it. preflight (the real CLI, against the testbed's API server) now takes the chart's numbers as
+    they are, and its dry run accepts every object the chart renders for these configurations."""
+    files = [arg for v in [tb.OVERLAY, *values] for arg in ("-f", str(v))]
+    out = tb.helm(
+        "helm4",
+        "template",
+        "miles",
+        str(tb.CHART),
+        "-n",
+        namespace,
+        *files,
+        "--set",
+        "rayCluster.head.gpus=1",
+        "--set",
+        r"rayCluster.head.nodeSelector.node\.kubernetes\.io/instance-type=ml.p5en.48xlarge",
+    )
+    (hook_copy,) = [
+        d
+        for d in yaml.safe_load_all(out.out)
+        if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "miles-run-hook"
+    ]
+    spec = tmp_path / "run.json"
+    spec.write_text(json.dumps(tb.as_seen_by_hooks(hook_copy["data"]["run.json"])))
+    (tmp_path / "manifests.yaml").write_text(hook_copy["data"]["manifests.yaml"])
+    assert json.loads(spec.read_text())["rayCluster"]["headGpus"] == 1
+    res = tb.run(
+        [str(tb.REPO / ".venv" / "bin" / "miles-hooks"), "preflight", "--spec", str(spec)],
+        check=False,
+    )
+    assert res.rc == 0, res.out[-3000:] + res.err[-3000:]
+    assert re.search(r"the API server accepts (\d+) of \1 object", res.out + res.err), res.out + res.err
