@@ -334,6 +334,22 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* Ray ports: the head's Service, the NetworkPolicy and the hooks use the ports the pods declare */ -}}
+{{- range $g := list (list "rayCluster.head" $v.rayCluster.head.rayStartParams (dict "port" 6379 "dashboard-port" 8265 "ray-client-server-port" 10001 "metrics-export-port" 8080)) (list "rayCluster.workers" $v.rayCluster.workers.rayStartParams (dict "metrics-export-port" 8080)) -}}
+{{- $fixed := index $g 2 -}}
+{{- $taken := dict -}}
+{{- range $k, $p := $fixed }}{{ $_ := set $taken (toString $p) $k }}{{ end -}}
+{{- range $k := keys ((index $g 1) | default dict) | sortAlpha -}}
+{{- $val := toString (get (index $g 1) $k) -}}
+{{- if hasKey $fixed $k -}}
+{{- if ne $val (toString (get $fixed $k)) -}}
+{{- $e = append $e (printf "%s.rayStartParams.%s: expected unset or %d (the chart's Service, NetworkPolicy and hooks use that port), found %s" (index $g 0) $k (int (get $fixed $k)) $val) -}}
+{{- end -}}
+{{- else if and (hasSuffix "port" $k) (hasKey $taken $val) -}}
+{{- $e = append $e (printf "%s.rayStartParams.%s: expected a port no other Ray component uses, found %s (Ray's %s)" (index $g 0) $k $val (get $taken $val)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* hook events: a step runs where what it needs exists (the RayCluster exists only after install/upgrade; prepare-data and convert must finish before it starts) */ -}}
 {{- if $v.hooks.enabled -}}
 {{- $phases := list
