@@ -114,47 +114,36 @@ def _bounded_qualified_name(f: dict[str, str | int]) -> str:
     return f"({f['qnameCharFmt']}{f['qnameExtCharFmt']}{{0,{inner}}})?{f['qnameCharFmt']}"
 
 
+def _string(pattern: str, max_length: int) -> dict[str, Any]:
+    return {"type": "string", "pattern": f"^{pattern}$", "maxLength": max_length}
+
+
+def _prefixed_name_max(f: dict[str, str | int]) -> int:
+    return int(f["DNS1123SubdomainMaxLength"]) + 1 + int(f["qualifiedNameMaxLength"])
+
+
 def label_key_schema() -> dict[str, Any]:
+    """A label or annotation key: an optional DNS-subdomain prefix and a qualified name."""
     f = name_formats()
-    prefix_max = int(f["DNS1123SubdomainMaxLength"])
-    return {
-        "pattern": f"^({f['dns1123SubdomainFmt']}/)?{_bounded_qualified_name(f)}$",
-        "maxLength": prefix_max + 1 + int(f["qualifiedNameMaxLength"]),
-    }
+    return _string(f"({f['dns1123SubdomainFmt']}/)?{_bounded_qualified_name(f)}", _prefixed_name_max(f))
 
 
 def label_value_schema() -> dict[str, Any]:
     f = name_formats()
-    return {
-        "type": "string",
-        "pattern": f"^{f['labelValueFmt']}$",
-        "maxLength": int(f["LabelValueMaxLength"]),
-    }
+    return _string(str(f["labelValueFmt"]), int(f["LabelValueMaxLength"]))
 
 
 def extended_resource_schema() -> dict[str, Any]:
     """A resource name outside the kubernetes.io domain must carry a domain prefix (nvidia.com/gpu)."""
     f = name_formats()
-    return {
-        "type": "string",
-        "pattern": f"^{f['dns1123SubdomainFmt']}/{_bounded_qualified_name(f)}$",
-        "maxLength": int(f["DNS1123SubdomainMaxLength"]) + 1 + int(f["qualifiedNameMaxLength"]),
-    }
+    return _string(f"{f['dns1123SubdomainFmt']}/{_bounded_qualified_name(f)}", _prefixed_name_max(f))
 
 
 def dns_subdomain_or_empty_schema() -> dict[str, Any]:
     f = name_formats()
-    return {
-        "type": "string",
-        "pattern": f"^({f['dns1123SubdomainFmt']})?$",
-        "maxLength": int(f["DNS1123SubdomainMaxLength"]),
-    }
+    return _string(f"({f['dns1123SubdomainFmt']})?", int(f["DNS1123SubdomainMaxLength"]))
 
 
 def config_key_schema() -> dict[str, Any]:
     f = name_formats()
-    return {
-        "type": "string",
-        "pattern": f"^{f['configMapKeyFmt']}$",
-        "maxLength": int(f["DNS1123SubdomainMaxLength"]),
-    }
+    return _string(str(f["configMapKeyFmt"]), int(f["DNS1123SubdomainMaxLength"]))
