@@ -1,5 +1,6 @@
-"""The pure half of the server-side dry run: which objects preflight sends, and how a RayCluster's pod
-templates become Pods. The requests themselves go to the real API server in tests/e2e."""
+"""The pure half of the server-side dry run: which objects preflight sends, and how the pod templates of a
+RayCluster, a Job or a Deployment become Pods. The requests themselves go to the real API server in
+tests/e2e."""
 
 from __future__ import annotations
 
@@ -80,3 +81,36 @@ def test_a_template_pod_whose_account_the_release_creates_is_checked_as_default(
     foreign = text.replace("serviceAccountName: miles,", "serviceAccountName: platform-runner,")
     head = dry_run.candidates(dry_run.parse_manifests(foreign, "manifests.yaml"))[2]
     assert head.body["spec"]["serviceAccountName"] == "platform-runner", "an existing account is kept"
+
+
+def test_job_and_deployment_templates_are_sent_as_pods_too() -> None:
+    text = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: miles-convert}
+spec:
+  template:
+    metadata: {labels: {app: convert}}
+    spec: {restartPolicy: Never, containers: [{name: convert, image: miles:1}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: miles-reward}
+spec:
+  template:
+    spec: {containers: [{name: reward, image: reward:1}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: miles-reward}
+"""
+    batch = dry_run.candidates(dry_run.parse_manifests(text, "manifests.yaml"))
+    assert [c.subject for c in batch] == [
+        "Job/miles-convert",
+        "Job/miles-convert spec.template (as a Pod)",
+        "Deployment/miles-reward",
+        "Deployment/miles-reward spec.template (as a Pod)",
+        "Service/miles-reward",
+    ]
+    assert batch[1].body["metadata"] == {"labels": {"app": "convert"}, "name": "miles-convert-dry-run-pod"}
+    assert batch[1].body["spec"]["restartPolicy"] == "Never"

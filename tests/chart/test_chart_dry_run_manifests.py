@@ -61,8 +61,8 @@ def test_the_dry_run_role_grants_apply_on_each_namespaced_kind(scenario: str) ->
             continue  # cluster-scoped: preflight reports them as not dry-run (no cluster-wide create)
         group = obj["apiVersion"].rpartition("/")[0]
         assert any(g == group for g, _ in granted), f"{key(obj)}: no rule for API group {group!r}"
-    if any(d["kind"] == "RayCluster" for d in dry_run_objects(rendered)):
-        assert ("", "pods") in granted, "the RayCluster's pod templates are dry-run as Pods"
+    if any(d["kind"] in ("RayCluster", "Job", "Deployment") for d in dry_run_objects(rendered)):
+        assert ("", "pods") in granted, "the pod templates are dry-run as Pods"
 
 
 def test_off_switch_leaves_no_manifests_no_role_and_tells_the_hooks() -> None:

@@ -222,7 +222,8 @@ tests/chart checks that every template file is either listed here or named as le
 
 {{/*
 miles.dryRunResources: JSON {apiGroup: [resource, ...]} of the objects in miles.dryRunManifests, plus pods
-for the RayCluster's pod templates (preflight dry-runs a Pod from each). Kinds the chart renders only.
+for the pod templates of the RayCluster, Jobs and Deployments (preflight dry-runs a Pod from each). Kinds
+the chart renders only.
 */}}
 {{- define "miles.dryRunResources" -}}
 {{- $plural := dict "ServiceAccount" "serviceaccounts" "StorageClass" "storageclasses" "PersistentVolume" "persistentvolumes" "PersistentVolumeClaim" "persistentvolumeclaims" "ConfigMap" "configmaps" "NetworkPolicy" "networkpolicies" "RayCluster" "rayclusters" "Job" "jobs" "Deployment" "deployments" "Service" "services" "PodDisruptionBudget" "poddisruptionbudgets" "PodMonitor" "podmonitors" "Pod" "pods" -}}
@@ -232,7 +233,7 @@ for the RayCluster's pod templates (preflight dry-runs a Pod from each). Kinds t
 {{- $obj := fromYaml $doc -}}
 {{- if and $obj.kind (not (has $obj.kind $cluster)) -}}
 {{- $kinds := list $obj.kind -}}
-{{- if eq $obj.kind "RayCluster" }}{{ $kinds = append $kinds "Pod" }}{{ end -}}
+{{- if has $obj.kind (list "RayCluster" "Job" "Deployment") }}{{ $kinds = append $kinds "Pod" }}{{ end -}}
 {{- range $kind := $kinds -}}
 {{- $group := ternary "" (regexReplaceAll "/[^/]*$" $obj.apiVersion "") (eq $kind "Pod") -}}
 {{- if not (contains "/" $obj.apiVersion) }}{{ $group = "" }}{{ end -}}

@@ -1,11 +1,13 @@
 """Server-side dry run of the release's objects: what the API server, its admission plugins and webhooks
 and a CRD's schema would refuse, found before anything long runs.
 
-A RayCluster's pod templates are only turned into Pods later, by the KubeRay operator, and a CRD's schema
-does not apply Kubernetes' Pod rules (toleration shapes, requests above limits, quantities, names), so
-each template is also sent as a Pod of its own. Every request is a server-side apply with dryRun=All:
-nothing is stored, and an object the release already holds (an upgrade) is checked as the update it
-would get.
+A pod template is only turned into Pods later, by its controller (the KubeRay operator, the Job and
+Deployment controllers), and the admission plugins that judge Pods (Pod Security, quotas, priority
+classes, the ServiceAccount plugin) see it only then; a CRD's schema does not even apply Kubernetes' Pod
+rules (toleration shapes, requests above limits, quantities, names). So each pod template of a
+RayCluster, Job or Deployment is also sent as a Pod of its own. Every request is a server-side apply
+with dryRun=All: nothing is stored, and an object the release already holds (an upgrade) is checked as
+the update it would get.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from miles_hooks.core import kube
 from miles_hooks.core.errors import BadInput
 
 FIELD_MANAGER = "miles-preflight"
+# controllers whose pod template becomes Pods only later, past the admission plugins that judge Pods
+WORKLOADS = ("Job", "Deployment")
 # RBAC's denial; any other 403 is an admission plugin refusing the object (Pod Security, quota, priority)
 _RBAC_DENIAL = re.compile(r"cannot (create|patch) resource")
 
@@ -59,16 +63,24 @@ def _subject(obj: dict[str, Any]) -> str:
     return f"{obj['kind']}/{obj.get('metadata', {}).get('name', '?')}"
 
 
-def _template_pods(cluster: dict[str, Any], created_accounts: set[str]) -> Iterator[Candidate]:
-    name = cluster.get("metadata", {}).get("name", "raycluster")
-    spec = cluster.get("spec", {})
-    groups = [("head", "spec.headGroupSpec.template", spec.get("headGroupSpec", {}))]
-    groups += [
-        (f"worker-{i}", f"spec.workerGroupSpecs[{i}].template", g)
-        for i, g in enumerate(spec.get("workerGroupSpecs") or [])
-    ]
-    for suffix, where, group in groups:
-        template = group.get("template") or {}
+def _pod_templates(obj: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name suffix, where in the object, template) of each pod template a controller turns into Pods."""
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "RayCluster":
+        head = [("head", "spec.headGroupSpec.template", (spec.get("headGroupSpec") or {}).get("template"))]
+        workers = [
+            (f"worker-{i}", f"spec.workerGroupSpecs[{i}].template", g.get("template"))
+            for i, g in enumerate(spec.get("workerGroupSpecs") or [])
+        ]
+        return [(s, w, t or {}) for s, w, t in head + workers]
+    if obj["kind"] in WORKLOADS:
+        return [("pod", "spec.template", spec.get("template") or {})]
+    return []
+
+
+def _template_pods(obj: dict[str, Any], created_accounts: set[str]) -> Iterator[Candidate]:
+    name = obj.get("metadata", {}).get("name", obj["kind"].lower())
+    for suffix, where, template in _pod_templates(obj):
         meta = dict(template.get("metadata") or {})
         meta["name"] = f"{name}-dry-run-{suffix}"[:63].rstrip("-")
         pod_spec = dict(template.get("spec") or {})
@@ -77,7 +89,7 @@ def _template_pods(cluster: dict[str, Any], created_accounts: set[str]) -> Itera
             # admission plugin refuses a Pod whose account does not exist yet: check the Pod as "default"
             pod_spec["serviceAccountName"] = "default"
         yield Candidate(
-            f"RayCluster/{name} {where} (as a Pod)",
+            f"{obj['kind']}/{name} {where} (as a Pod)",
             {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec},
         )
 
@@ -87,8 +99,7 @@ def candidates(objects: list[dict[str, Any]]) -> list[Candidate]:
     out: list[Candidate] = []
     for obj in objects:
         out.append(Candidate(_subject(obj), obj))
-        if obj["kind"] == "RayCluster":
-            out.extend(_template_pods(obj, accounts))
+        out.extend(_template_pods(obj, accounts))
     return out
 
 
