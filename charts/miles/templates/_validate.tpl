@@ -350,35 +350,41 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- /* hook events: a step runs where what it needs exists (the RayCluster exists only after install/upgrade; prepare-data and convert must finish before it starts) */ -}}
+{{- /* hook events: a step runs where what it needs exists (the RayCluster exists only after install/upgrade; prepare-data and convert must finish before it starts). Helm hooks (helm.sh/hook, ordered by hook-weight) or Argo CD hooks (argocd.argoproj.io/hook, ordered by sync-wave), as the step's annotations say */ -}}
 {{- if $v.hooks.enabled -}}
 {{- $phases := list
-  (list "preflight" (list "pre-install" "pre-upgrade"))
-  (list "prepareData" (list "pre-install" "pre-upgrade"))
-  (list "convert" (list "pre-install" "pre-upgrade"))
-  (list "convertCheck" (list "pre-install" "pre-upgrade"))
-  (list "waitReady" (list "post-install" "post-upgrade"))
-  (list "verify" (list "post-install" "post-upgrade"))
-  (list "submit" (list "post-install" "post-upgrade")) -}}
+  (list "preflight" "pre") (list "prepareData" "pre") (list "convert" "pre") (list "convertCheck" "pre")
+  (list "waitReady" "post") (list "verify" "post") (list "submit" "post") -}}
+{{- $allowed := dict "pre" (list "pre-install" "pre-upgrade") "post" (list "post-install" "post-upgrade") -}}
+{{- $argoAllowed := dict "pre" "PreSync" "post" "PostSync" -}}
+{{- $why := dict "pre" "it prepares what the RayCluster needs before it starts" "post" "it needs the RayCluster, which exists only after install/upgrade" -}}
 {{- range $ph := $phases -}}
-{{- $step := get $v.hooks (index $ph 0) -}}
-{{- if $step.enabled -}}
-{{- $events := splitList "," (toString (get ($step.annotations | default dict) "helm.sh/hook")) -}}
-{{- range $ev := $events -}}
-{{- if not (has (trim $ev) (index $ph 1)) -}}
-{{- $e = append $e (printf "hooks.%s.annotations.helm.sh/hook: expected events among %s (%s), found %q" (index $ph 0) (join ", " (index $ph 1)) (ternary "it prepares what the RayCluster needs before it starts" "it needs the RayCluster, which exists only after install/upgrade" (hasPrefix "pre-" (first (index $ph 1)))) (trim $ev)) -}}
+{{- $key := index $ph 0 -}}
+{{- $when := index $ph 1 -}}
+{{- $step := get $v.hooks $key -}}
+{{- $ann := $step.annotations | default dict -}}
+{{- if and $step.enabled (hasKey $ann "helm.sh/hook") -}}
+{{- range $ev := splitList "," (toString (get $ann "helm.sh/hook")) -}}
+{{- if not (has (trim $ev) (get $allowed $when)) -}}
+{{- $e = append $e (printf "hooks.%s.annotations.helm.sh/hook: expected events among %s (%s), found %q" $key (join ", " (get $allowed $when)) (get $why $when) (trim $ev)) -}}
 {{- end -}}
 {{- end -}}
+{{- else if and $step.enabled (hasKey $ann "argocd.argoproj.io/hook") (ne (toString (get $ann "argocd.argoproj.io/hook")) (get $argoAllowed $when)) -}}
+{{- $e = append $e (printf "hooks.%s.annotations.argocd.argoproj.io/hook: expected %s (%s), found %q" $key (get $argoAllowed $when) (get $why $when) (toString (get $ann "argocd.argoproj.io/hook"))) -}}
 {{- end -}}
 {{- end -}}
 {{- range $pair := list (list "preflight" "prepareData") (list "prepareData" "convert") (list "preflight" "convert") (list "waitReady" "verify") (list "verify" "submit") (list "waitReady" "submit") -}}
 {{- $a := get $v.hooks (index $pair 0) -}}
 {{- $b := get $v.hooks (index $pair 1) -}}
-{{- if and $a.enabled $b.enabled -}}
-{{- $wa := int (get ($a.annotations | default dict) "helm.sh/hook-weight" | default "0") -}}
-{{- $wb := int (get ($b.annotations | default dict) "helm.sh/hook-weight" | default "0") -}}
+{{- $aa := $a.annotations | default dict -}}
+{{- $ba := $b.annotations | default dict -}}
+{{- range $order := list "helm.sh/hook-weight" "argocd.argoproj.io/sync-wave" -}}
+{{- if and $a.enabled $b.enabled (hasKey $aa $order) (hasKey $ba $order) -}}
+{{- $wa := int (get $aa $order) -}}
+{{- $wb := int (get $ba $order) -}}
 {{- if ge $wa $wb -}}
-{{- $e = append $e (printf "hooks.%s.annotations.helm.sh/hook-weight: expected more than hooks.%s's (%d: %s runs after %s), found %d" (index $pair 1) (index $pair 0) $wa (index $pair 1) (index $pair 0) $wb) -}}
+{{- $e = append $e (printf "hooks.%s.annotations.%s: expected more than hooks.%s's (%d: %s runs after %s), found %d" (index $pair 1) $order (index $pair 0) $wa (index $pair 1) (index $pair 0) $wb) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
