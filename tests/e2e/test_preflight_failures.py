@@ -154,6 +154,8 @@ def test_preflight_passes_valid_configurations_it_once_refused(
     """A GPU head puts its GPUs into the run spec's clusterGpus: a preflight that re-derived the topology
     refused it. preflight (the real CLI, against the testbed's API server) now takes the chart's numbers as
     they are, and its dry run accepts every object the chart renders for these configurations."""
+    # what exists when Helm starts preflight: the hooks' ServiceAccount (a weight -10 hook)
+    tb.kubectl("-n", namespace, "create", "serviceaccount", "miles-hooks")
     files = [arg for v in [tb.OVERLAY, *values] for arg in ("-f", str(v))]
     out = tb.helm(
         "helm4",
