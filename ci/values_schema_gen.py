@@ -274,6 +274,11 @@ OVERRIDES = {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
     },
+    "secrets.rayAuth.existingSecret": {
+        "type": "string",
+        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+    },
+    "secrets.rayAuth.key": {"$ref": "#/definitions/secretKey"},
     "secrets.huggingface.key": {"$ref": "#/definitions/secretKey"},
     "secrets.wandb.key": {"$ref": "#/definitions/secretKey"},
     "secrets.extra": {
@@ -411,7 +416,7 @@ def node(path, v):
         return {"$ref": "#/definitions/tolerations"}
     if last in ("nodeSelector", "labels", "podLabels"):
         return {"$ref": "#/definitions/labels"}
-    if last in ("annotations", "podAnnotations", "apiDryRunAnnotations") and path.startswith("hooks."):
+    if last in ("annotations", "podAnnotations", "preflightAnnotations") and path.startswith("hooks."):
         return {"$ref": "#/definitions/hookAnnotations"}
     if last in ("annotations", "podAnnotations", "runSpecAnnotations"):
         return {
@@ -472,6 +477,7 @@ MOVED = {
     "rayCluster.workers.annotations": "gpuPods.annotations",
     "gpuSecurityContext": "gpuPods.securityContext",
     "gpuPodSecurityContext": "gpuPods.podSecurityContext",
+    "hooks.rbac.apiDryRunAnnotations": "hooks.rbac.preflightAnnotations",
 }
 for old, new in MOVED.items():
     *parents, leaf = old.split(".")

@@ -31,6 +31,10 @@ RAY_AGENT_GRPC_PORT=${RAY_AGENT_GRPC_PORT:-$((26006 + off))}
 RAY_RUNTIME_ENV_AGENT_PORT=${RAY_RUNTIME_ENV_AGENT_PORT:-$((26007 + off))}
 RAY_MIN_WORKER_PORT=${RAY_MIN_WORKER_PORT:-$((26100 + off))}
 RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-$((26199 + off))}
+# The local Ray head runs with token authentication (RAY_AUTH_MODE=token), its token in this file (0600, made by
+# up.sh); storage.sh puts it in each namespace as Secret testbed-ray-auth, which values-local-testbed.yaml names.
+RAY_AUTH_TOKEN_FILE="$CLUSTER_DIR/ray-auth-token"
+TESTBED_RAY_AUTH_SECRET=testbed-ray-auth
 # The local Ray head advertises 0 CPUs/GPUs like the chart's head; the pod runner starts one local Ray worker
 # node per simulated KubeRay worker pod (its --num-gpus/--resources, CPUs capped), at most MAX_RAY_WORKERS,
 # each with 100 ports from RAY_WORKER_PORT_BASE + 100 x slot.

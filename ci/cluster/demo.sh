@@ -55,14 +55,18 @@ echo; echo "=== pods ==="; kubectl -n "$ns" get pods -o wide
 echo; echo "=== RayCluster ==="; kubectl -n "$ns" get raycluster
 kubectl -n "$ns" get raycluster -o jsonpath='{range .items[*]}{.metadata.name}: {range .status.conditions[*]}{.type}={.status} {end}{"\n"}{end}'
 echo; echo "=== Ray job (real local Ray) ==="
-curl -fsS "http://127.0.0.1:$RAY_DASHBOARD_PORT/api/jobs/" | python3 -c '
-import json, sys
-for j in json.load(sys.stdin):
+echo "unauthenticated job list (expected: refused, the head runs with token authentication):" \
+  "HTTP $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RAY_DASHBOARD_PORT/api/jobs/")"
+python3 - "$ns" "http://127.0.0.1:$RAY_DASHBOARD_PORT/api/jobs/" "$RAY_AUTH_TOKEN_FILE" <<'PY' || true
+import json, sys, urllib.request
+ns, url, token_file = sys.argv[1:]
+req = urllib.request.Request(url, headers={"Authorization": "Bearer " + open(token_file).read().strip()})
+for j in json.load(urllib.request.urlopen(req, timeout=10)):
     md = j.get("metadata") or {}
-    if md.get("miles.namespace") == sys.argv[1]:
+    if md.get("miles.namespace") == ns:
         print("  %s  %s  release=%s" % (j["submission_id"], j["status"], md.get("miles.release")))
         print("  entrypoint: " + j["entrypoint"][:160] + " ...")
-' "$ns" || true
+PY
 echo; echo "=== helm test ==="
 status=0
 if ! helm test "$release" -n "$ns" --logs; then
@@ -76,8 +80,9 @@ Look around:
   kubectl -n $ns get pods,jobs,raycluster,svc,cm
   kubectl get nodes -L node.kubernetes.io/instance-type,sagemaker.amazonaws.com/node-health-status
   ci/cluster/pod-logs.sh <hook-pod> $ns           # logs of the hook pods (also after they are deleted)
-  RAY_ADDRESS=http://127.0.0.1:$RAY_DASHBOARD_PORT ray job list    # the submitted job (real local Ray)
-  open http://127.0.0.1:$RAY_DASHBOARD_PORT         # Ray dashboard
+  RAY_ADDRESS=http://127.0.0.1:$RAY_DASHBOARD_PORT RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_FILE \
+    ray job list                                      # the submitted job (real local Ray, token authentication)
+  open http://127.0.0.1:$RAY_DASHBOARD_PORT         # Ray dashboard (it asks for the token in the file above)
 Tear down:
   helm uninstall $release -n $ns; make cluster-down
 MSG

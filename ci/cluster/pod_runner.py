@@ -177,6 +177,18 @@ class RayWorkers:
             out.append(f"--num-cpus={self.cpus}")
         return out
 
+    AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+
+    @classmethod
+    def auth_env(cls, pod: client.V1Pod, runner: Runner) -> dict[str, str]:
+        """The pod's own Ray token settings (resolved from its Secret), so the raylet joins the authenticated
+        head only when the chart wires the token into the worker pods; every other pod env is left out."""
+        env: dict[str, str] = {}
+        for c in pod.spec.containers:
+            resolved = runner.container_env(pod, c)
+            env.update({k: resolved[k] for k in cls.AUTH_ENV if k in resolved})
+        return env
+
     def on_event(self, kind: str, pod: client.V1Pod, runner: Runner) -> None:
         if not self.is_worker(pod):
             return
@@ -236,6 +248,7 @@ class RayWorkers:
             env = dict(
                 os.environ, PATH=f"{self.venv_bin}:{os.environ.get('PATH', '')}", RAY_USAGE_STATS_ENABLED="0"
             )
+            env.update(self.auth_env(pod, runner))
             log_path = self.work_dir / f"{pod.metadata.namespace}_{pod.metadata.name}.log"
             log = open(log_path, "ab")  # noqa: SIM115
             p = subprocess.Popen(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates the shared-storage stand-in for NAMESPACE: a hostPath PersistentVolume on $FSX_DIR pre-bound to an
-# RWX PersistentVolumeClaim named CLAIM (default fsx-claim, what the chart's `storage.existingClaim` expects).
+# RWX PersistentVolumeClaim named CLAIM (default fsx-claim, what the chart's `storage.existingClaim` expects),
+# and the Secret testbed-ray-auth with the testbed Ray head's token (what values-local-testbed.yaml names).
 # Idempotent. Usage: ci/cluster/storage.sh [NAMESPACE] [CLAIM]      (delete: storage.sh --delete NAMESPACE [CLAIM])
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,6 +49,11 @@ spec:
   volumeName: $pv
   resources: {requests: {storage: 1200Gi}}
 YAML
+# The Ray token of the testbed's one Ray head (up.sh), as the Secret the testbed overlay names
+# (secrets.rayAuth.existingSecret): the namespace's hook and Ray pods authenticate with it.
+[[ -s $RAY_AUTH_TOKEN_FILE ]] || die "no Ray token at $RAY_AUTH_TOKEN_FILE: start the testbed first (make cluster-up)"
+"$bin/kubectl" "${kc[@]}" -n "$ns" create secret generic "$TESTBED_RAY_AUTH_SECRET" \
+  --from-file=token="$RAY_AUTH_TOKEN_FILE" --dry-run=client -o yaml | "$bin/kubectl" "${kc[@]}" apply -f - >/dev/null
 # A watch, bounded well past the binder's retry period (up.sh: --pvclaimbinder-sync-period=2s): a claim
 # whose volume the binder had not seen yet is bound on the next retry, not on the claim's event.
 "$bin/kubectl" "${kc[@]}" -n "$ns" wait pvc "$claim" --for=jsonpath='{.status.phase}'=Bound --timeout=30s \

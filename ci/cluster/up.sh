@@ -52,6 +52,10 @@ ray_cmd=("$root/.venv/bin/ray" start --head --block --disable-usage-stats
   --num-cpus=0 --num-gpus=0
   --object-store-memory=$((256*1024*1024)) --temp-dir="$RAY_TMP")
 export PATH="$root/.venv/bin:$PATH" RAY_USAGE_STATS_ENABLED=0
+# Token authentication as the chart turns it on (secrets.rayAuth): only the head's own environment carries it,
+# so a hook pod reaches Ray only with the token the chart wires into it (the pod runner passes no other env).
+(umask 077 && "$root/.venv/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$RAY_AUTH_TOKEN_FILE")
+ray_cmd=(env RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$RAY_AUTH_TOKEN_FILE" "${ray_cmd[@]}")
 # The stand-in train.py hands its argv to miles' real parser: the contract venv `make tools` builds.
 export MILES_CONTRACT_PYTHON="$root/.tools/miles-contract/bin/python" MILES_CONTRACT_DRIVER="$root/ci/miles-contract/parse_argv.py"
 fake_miles=""
@@ -142,7 +146,8 @@ log "testbed up in ${secs}s: $NODES GPU node(s) ($GPU_INSTANCE_TYPE, $GPU_PER_NO
 cat <<MSG
   export KUBECONFIG=$KUBECONFIG_TESTBED
   kubectl get nodes                       # .tools/bin/kubectl ($KUBERNETES_VERSION_EXPECTED)
-  Ray dashboard: http://127.0.0.1:$RAY_DASHBOARD_PORT   (RAY_ADDRESS for the ray CLI)
+  Ray dashboard: http://127.0.0.1:$RAY_DASHBOARD_PORT   (RAY_ADDRESS for the ray CLI; token authentication:
+    RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_FILE)
   logs: $CLUSTER_DIR/logs/<component>.log   hook pod logs: ci/cluster/pod-logs.sh <pod> [-n ns]
   tear down: make cluster-down
 MSG

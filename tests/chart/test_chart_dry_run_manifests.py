@@ -17,9 +17,9 @@ BEFORE_PREFLIGHT = {
     ("ConfigMap", f"{RELEASE}-run-hook"),
     ("ServiceAccount", f"{RELEASE}-hooks"),
     ("Role", f"{RELEASE}-hooks"),
-    ("Role", f"{RELEASE}-hooks-dry-run"),
+    ("Role", f"{RELEASE}-hooks-preflight"),
     ("RoleBinding", f"{RELEASE}-hooks"),
-    ("RoleBinding", f"{RELEASE}-hooks-dry-run"),
+    ("RoleBinding", f"{RELEASE}-hooks-preflight"),
     ("Job", f"{RELEASE}-preflight"),
 }
 HOOKS_CLUSTER_RBAC = ("ClusterRole", "ClusterRoleBinding")  # the node reader, created before preflight
@@ -53,9 +53,13 @@ def test_the_dry_run_covers_every_object_created_after_preflight(scenario: str) 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_dry_run_role_grants_apply_on_each_namespaced_kind(scenario: str) -> None:
     rendered = docs(render("helm4", scenario))
-    (role,) = find(rendered, "Role", f"{RELEASE}-hooks-dry-run")
-    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert all(rule["verbs"] == ["create", "patch"] for rule in role["rules"])
+    (role,) = find(rendered, "Role", f"{RELEASE}-hooks-preflight")
+    dry_run_rules = [rule for rule in role["rules"] if rule["verbs"] == ["create", "patch"]]
+    # the only other rule: creating the Ray token Secret (secrets.rayAuth without existingSecret)
+    assert [r for r in role["rules"] if r not in dry_run_rules] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}
+    ]
+    granted = {(g, r) for rule in dry_run_rules for g in rule["apiGroups"] for r in rule["resources"]}
     for obj in dry_run_objects(rendered):
         if obj["kind"] in ("StorageClass", "PersistentVolume"):
             continue  # cluster-scoped: preflight reports them as not dry-run (no cluster-wide create)
@@ -66,8 +70,9 @@ def test_the_dry_run_role_grants_apply_on_each_namespaced_kind(scenario: str) ->
 
 
 def test_off_switch_leaves_no_manifests_no_role_and_tells_the_hooks() -> None:
-    rendered = docs(render("helm4", "colocated", ("--set", "hooks.preflight.apiDryRun=false")))
+    off = ("--set", "hooks.preflight.apiDryRun=false", "--set", "secrets.rayAuth.existingSecret=ray-token")
+    rendered = docs(render("helm4", "colocated", off))
     (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
     assert "manifests.yaml" not in hook_copy["data"]
-    assert not find(rendered, "Role", f"{RELEASE}-hooks-dry-run")
+    assert not find(rendered, "Role", f"{RELEASE}-hooks-preflight")
     assert json.loads(hook_copy["data"]["run.json"])["checks"]["apiDryRun"] is False

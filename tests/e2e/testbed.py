@@ -22,6 +22,7 @@ VALUES = REPO / "values"
 OVERLAY = VALUES / "values-local-testbed.yaml"
 FSX_DIR = Path(os.environ.get("FSX_DIR") or "/tmp/miles-testbed-fsx")
 RAY_DASHBOARD = f"http://127.0.0.1:{os.environ.get('RAY_DASHBOARD_PORT', '28265')}"
+RAY_TOKEN_FILE = CLUSTER_DIR / "ray-auth-token"  # the testbed Ray head's token (ci/cluster/up.sh)
 JOURNAL = CLUSTER_DIR / "runner" / "journal.jsonl"
 HOOK_ORDER = ["preflight", "prepare-data", "convert", "wait-ready", "verify", "submit"]
 
@@ -146,14 +147,24 @@ def hook_steps(entries: list[dict[str, Any]]) -> list[str]:
     return steps
 
 
+def ray_request(path: str, method: str = "GET", token: str | None = "testbed") -> urllib.request.Request:
+    """A request to the testbed Ray head's dashboard; by default with its token (token=None: without)."""
+    req = urllib.request.Request(RAY_DASHBOARD + path, method=method)
+    if token == "testbed":
+        token = RAY_TOKEN_FILE.read_text().strip()
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    return req
+
+
 def ray_jobs() -> list[dict[str, Any]]:
-    with urllib.request.urlopen(RAY_DASHBOARD + "/api/jobs/", timeout=10) as r:
+    with urllib.request.urlopen(ray_request("/api/jobs/"), timeout=10) as r:
         return list(json.loads(r.read()))
 
 
 def ray_nodes() -> list[dict[str, Any]]:
     """Ray's node table (state API): node_id, state, resources_total, ..."""
-    with urllib.request.urlopen(RAY_DASHBOARD + "/api/v0/nodes?limit=1000", timeout=10) as r:
+    with urllib.request.urlopen(ray_request("/api/v0/nodes?limit=1000"), timeout=10) as r:
         return list(json.loads(r.read())["data"]["result"]["result"])
 
 
@@ -167,9 +178,8 @@ def release_jobs(release: str, namespace: str) -> list[dict[str, Any]]:
 
 
 def stop_job(submission_id: str) -> None:
-    req = urllib.request.Request(f"{RAY_DASHBOARD}/api/jobs/{submission_id}/stop", method="POST")
     try:
-        with urllib.request.urlopen(req, timeout=10):
+        with urllib.request.urlopen(ray_request(f"/api/jobs/{submission_id}/stop", "POST"), timeout=10):
             pass
     except OSError:
         pass

@@ -1,12 +1,20 @@
-"""Session fixture: one real local Ray cluster (see ray_testlib.LocalRay) for submit/status/verify."""
+"""Session fixture: one real local Ray cluster (see ray_testlib.LocalRay) for submit/status/verify.
+
+The cluster runs with token authentication. This process and the hook CLIs it starts get the token the
+way a hook pod does, through its environment; set at collection, before any Ray client reads it (Ray
+reads RAY_AUTH_MODE once per process).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 
 import pytest
-from ray_testlib import BIN, LocalRay
+from ray_testlib import AUTH_ENV, BIN, LocalRay
+
+os.environ.update(AUTH_ENV)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,9 @@
 
 Two Ray nodes on loopback, shaped like the chart's RayCluster: a head with 0 CPUs and 0 GPUs, and one
 "GPU worker" advertising the custom ``gpu_node`` resource and one GPU (Ray accepts a declared GPU count
-on a machine without GPUs; tasks see CUDA_VISIBLE_DEVICES set by Ray). Every port is picked free so the
+on a machine without GPUs; tasks see CUDA_VISIBLE_DEVICES set by Ray). Both run with token
+authentication on, as the chart starts them (``secrets.rayAuth``): ``AUTH_ENV`` is what the chart gives
+the Ray pods and the hooks that call Ray. Every port is picked free so the
 cluster never collides with another Ray on this machine, and each node runs under ``ray start --block``
 so that terminating that one process stops exactly the processes it started (no global ``ray stop``).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -26,6 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "run-spec.json"
 BIN = Path(sys.executable).parent
+AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_urlsafe(32)}
 
 
 def free_port() -> int:
@@ -58,6 +62,7 @@ class LocalRay:
             RAY_USAGE_STATS_ENABLED="0",
             RAY_DISABLE_DOCKER_CPU_WARNING="1",
             PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+            **AUTH_ENV,
         )
 
     def _start(self, args: list[str], name: str) -> None:
@@ -121,7 +126,11 @@ class LocalRay:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(self.dashboard_url + "/nodes?view=summary", timeout=2) as r:
+                req = urllib.request.Request(
+                    self.dashboard_url + "/nodes?view=summary",
+                    headers={"Authorization": "Bearer " + AUTH_ENV["RAY_AUTH_TOKEN"]},
+                )
+                with urllib.request.urlopen(req, timeout=2) as r:
                     data = json.loads(r.read())
                 summary = data.get("data", {}).get("summary", [])
                 alive = [n for n in summary if n.get("raylet", {}).get("state") == "ALIVE"]

@@ -34,7 +34,7 @@ Output: a PodTemplateSpec (metadata + spec).
 {{- /* a subPath mount never sees a ConfigMap update: a new client is a new pod template */ -}}
 {{- $annotations = merge $annotations (dict "miles.radixark.io/plugins-sha256" ($ctx.Files.Get "files/k8s_remote_rm.py" | sha256sum)) -}}
 {{- end -}}
-{{- $volumes := or $p.storage $p.shmSize $p.tmp $p.runSpec $plugins $p.volumes -}}
+{{- $volumes := or $p.storage $p.shmSize $p.tmp $p.runSpec $plugins $p.rayToken $p.volumes -}}
 metadata:
   labels:
     {{- include "miles.podLabels" (dict "context" $ctx "component" .component "extra" $p.labels) | nindent 4 }}
@@ -118,6 +118,11 @@ spec:
           subPath: k8s_remote_rm.py
           readOnly: true
         {{- end }}
+        {{- if $p.rayToken }}
+        - name: ray-auth
+          mountPath: {{ include "miles.rayTokenDir" $ctx }}
+          readOnly: true
+        {{- end }}
         {{- with $p.volumeMounts }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -149,6 +154,15 @@ spec:
     - name: miles-plugins
       configMap:
         name: {{ include "miles.componentName" (dict "context" $ctx "component" "plugins") }}
+    {{- end }}
+    {{- with $p.rayToken }}
+    - name: ray-auth
+      secret:
+        secretName: {{ .name }}
+        items:
+          - key: {{ .key }}
+            path: token
+        defaultMode: 0440
     {{- end }}
     {{- with $p.volumes }}
     {{- toYaml . | nindent 4 }}
@@ -203,7 +217,26 @@ spec:
 {{- end }}
 - name: TOKENIZERS_PARALLELISM
   value: "false"
+{{- include "miles.rayAuthMode" . }}
 {{- end -}}
+
+{{/* miles.rayAuthMode: RAY_AUTH_MODE=token when secrets.rayAuth is on; the Ray pods get the token from miles.secretEnv (purpose rayAuth), the hooks as a file (miles.rayTokenRef). */}}
+{{- define "miles.rayAuthMode" -}}
+{{- if .Values.secrets.rayAuth.enabled }}
+- name: RAY_AUTH_MODE
+  value: token
+{{- end }}
+{{- end -}}
+
+{{/* miles.rayTokenRef: JSON {name,key} of the Ray token Secret, or {} when secrets.rayAuth is off. */}}
+{{- define "miles.rayTokenRef" -}}
+{{- $ref := dict -}}
+{{- range (include "miles.secretRefs" . | fromJsonArray) }}{{ if eq .purpose "rayAuth" }}{{ $ref = pick . "name" "key" }}{{ end }}{{ end -}}
+{{- toJson $ref -}}
+{{- end -}}
+
+{{/* miles.rayTokenDir: where a hook pod's Ray token file is mounted (RAY_AUTH_TOKEN_PATH points into it). */}}
+{{- define "miles.rayTokenDir" -}}/var/run/secrets/miles/ray-auth{{- end -}}
 
 {{/* miles.gpuEnv: env of the GPU pods (Ray workers, single node): pod env, NCCL and EFA settings, secrets. */}}
 {{- define "miles.gpuEnv" -}}

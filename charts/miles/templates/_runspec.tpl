@@ -205,7 +205,7 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- toPrettyJson $spec -}}
 {{- end -}}
 
-{{/* miles.secretRefs: JSON list of {purpose,name,key,env,required} for every Secret the release references. */}}
+{{/* miles.secretRefs: JSON list of {purpose,name,key,env,required[,generate]} for every Secret the release references. */}}
 {{- define "miles.secretRefs" -}}
 {{- $v := .Values -}}
 {{- $refs := list -}}
@@ -217,6 +217,11 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- end -}}
 {{- range $v.secrets.extra -}}
 {{- $refs = append $refs (dict "purpose" "other" "name" .name "key" .key "env" .env "required" (ne .required false)) -}}
+{{- end -}}
+{{- if $v.secrets.rayAuth.enabled -}}
+{{- /* generate: preflight creates the Secret with a random token when absent (the value never enters a manifest) */ -}}
+{{- $name := default (include "miles.componentName" (dict "context" . "component" "ray-auth")) $v.secrets.rayAuth.existingSecret -}}
+{{- $refs = append $refs (dict "purpose" "rayAuth" "name" $name "key" $v.secrets.rayAuth.key "env" "RAY_AUTH_TOKEN" "required" true "generate" (empty $v.secrets.rayAuth.existingSecret)) -}}
 {{- end -}}
 {{- toJson $refs -}}
 {{- end -}}

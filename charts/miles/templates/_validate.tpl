@@ -26,6 +26,9 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "%s: expected %s instead (moved: the settings the Ray workers and the single-node pod share live in gpuPods), found %s set; move its value to %s and delete %s" $old (index $m 3) $old (index $m 3) $old) -}}
 {{- end -}}
 {{- end -}}
+{{- if hasKey $v.hooks.rbac "apiDryRunAnnotations" -}}
+{{- $e = append $e "hooks.rbac.apiDryRunAnnotations: expected hooks.rbac.preflightAnnotations instead (renamed: that Role now holds everything preflight alone needs, the dry run and the Ray token Secret), found hooks.rbac.apiDryRunAnnotations set; move its value to hooks.rbac.preflightAnnotations and delete hooks.rbac.apiDryRunAnnotations" -}}
+{{- end -}}
 {{- $actorGpus := int $topo.actorGpus -}}
 {{- $perEngine := int $t.rolloutGpusPerEngine -}}
 {{- $gpw := int $t.gpusPerWorker -}}
@@ -114,6 +117,14 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- end -}}
 {{- if and (eq $r.reward.type "remote_rm") (not $r.reward.url) (not $v.reward.enabled) -}}
 {{- $e = append $e "recipe.reward.url: expected a URL (or reward.enabled: true) when recipe.reward.type is remote_rm, found none" -}}
+{{- end -}}
+{{- if $v.secrets.rayAuth.enabled -}}
+{{- if not (semverCompare ">=2.52.0-0" (toString $v.rayCluster.rayVersion)) -}}
+{{- $e = append $e (printf "rayCluster.rayVersion: expected 2.52.0 or later when secrets.rayAuth.enabled is true (Ray ignores RAY_AUTH_MODE before 2.52 and would run unauthenticated), found %q; use an image with Ray >= 2.52 or set secrets.rayAuth.enabled: false" (toString $v.rayCluster.rayVersion)) -}}
+{{- end -}}
+{{- if and (not $v.secrets.rayAuth.existingSecret) (not (and $v.hooks.enabled $v.hooks.preflight.enabled)) -}}
+{{- $e = append $e (printf "secrets.rayAuth.existingSecret: expected a Secret name when preflight does not run (hooks.enabled %v, hooks.preflight.enabled %v): preflight creates the token Secret otherwise, found none" $v.hooks.enabled $v.hooks.preflight.enabled) -}}
+{{- end -}}
 {{- end -}}
 {{- if and $r.tracking.wandb.enabled (not $v.secrets.wandb.existingSecret) -}}
 {{- $e = append $e "secrets.wandb.existingSecret: expected a Secret name when recipe.tracking.wandb.enabled is true, found none" -}}

@@ -25,7 +25,16 @@ Post-install/post-upgrade steps run only in rayCluster mode; convert only for th
 {{- toJson $steps -}}
 {{- end -}}
 
-{{/* miles.hookEnv: env of a hooks-image container. (dict "context" $ "hf" bool): hf adds the Hugging Face token. */}}
+{{/* miles.hookCallsRay: "true" for the hook steps (values keys) that call the Ray Jobs API and so get the Ray token. */}}
+{{- define "miles.hookCallsRay" -}}
+{{- if has . (list "verify" "submit" "test") }}true{{ end -}}
+{{- end -}}
+
+{{/*
+miles.hookEnv: env of a hooks-image container. (dict "context" $ "hf" bool "ray" bool): hf adds the
+Hugging Face token, ray the Ray token (secrets.rayAuth, a file: miles.hookPod mounts it) for the steps
+that call the Ray Jobs API.
+*/}}
 {{- define "miles.hookEnv" -}}
 {{- $v := .context.Values -}}
 - name: POD_NAMESPACE
@@ -36,6 +45,11 @@ Post-install/post-upgrade steps run only in rayCluster mode; convert only for th
   value: {{ $v.hooks.logFormat | quote }}
 {{- if .hf }}
 {{- include "miles.secretEnv" (dict "context" .context "purposes" (list "huggingface")) }}
+{{- end }}
+{{- if and .ray .context.Values.secrets.rayAuth.enabled }}
+{{- include "miles.rayAuthMode" .context }}
+- name: RAY_AUTH_TOKEN_PATH
+  value: {{ include "miles.rayTokenDir" .context }}/token
 {{- end }}
 {{- with $v.hooks.extraEnv }}
 {{ toYaml . }}
@@ -75,6 +89,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
 {{- else -}}
 {{- $_ := merge $pod (dict
   "container" (include "miles.hookContainer" (dict "context" $ctx "step" $s))
+  "rayToken" (ternary (include "miles.rayTokenRef" $ctx | fromJson) dict (eq (include "miles.hookCallsRay" $s.key) "true"))
   "podSecurityContext" $v.hooks.podSecurityContext
   "nodeSelector" $pools.hooks.nodeSelector
   "tolerations" $pools.hooks.tolerations
@@ -108,7 +123,7 @@ command:
   - {{ $v.hooks.test.reportTimeoutSeconds | toString | quote }}
   {{- end }}
 env:
-  {{- include "miles.hookEnv" (dict "context" .context "hf" (eq $s.key "prepareData")) | nindent 2 }}
+  {{- include "miles.hookEnv" (dict "context" .context "hf" (eq $s.key "prepareData") "ray" (include "miles.hookCallsRay" $s.key)) | nindent 2 }}
 resources:
   {{- $ownResources := and (eq $s.key "prepareData") (not (empty $v.hooks.prepareData.resources)) }}
   {{- toYaml (ternary $v.hooks.prepareData.resources $v.hooks.resources $ownResources) | nindent 2 }}
@@ -150,7 +165,7 @@ command:
   {{- /* 120 s under the Job's deadline, so the converter exits with a message first */}}
   - {{ sub (int $v.hooks.convert.activeDeadlineSeconds) 120 | toString | quote }}
 env:
-  {{- include "miles.hookEnv" (dict "context" . "hf" false) | nindent 2 }}
+  {{- include "miles.hookEnv" (dict "context" . "hf" false "ray" false) | nindent 2 }}
   - name: PYTHONPATH
     value: /miles-hooks
 resources:
@@ -179,6 +194,17 @@ miles.apiDryRun: "true" when preflight sends the release's objects to the API se
 {{- define "miles.apiDryRun" -}}
 {{- $p := .Values.hooks.preflight -}}
 {{- if and .Values.hooks.enabled $p.enabled $p.apiDryRun }}true{{ end -}}
+{{- end -}}
+
+{{/* miles.rayAuthSecretToCreate: the name of the Ray token Secret preflight creates when absent (secrets.rayAuth without existingSecret), else empty. */}}
+{{- define "miles.rayAuthSecretToCreate" -}}
+{{- range (include "miles.secretRefs" . | fromJsonArray) }}{{ if .generate }}{{ .name }}{{ end }}{{ end -}}
+{{- end -}}
+
+{{/* miles.preflightRbac: "true" when preflight needs rights of its own for the pre phase (the dry run, the Ray token Secret). */}}
+{{- define "miles.preflightRbac" -}}
+{{- $p := .Values.hooks.preflight -}}
+{{- if and .Values.hooks.rbac.create .Values.hooks.enabled $p.enabled (or (include "miles.apiDryRun" .) (include "miles.rayAuthSecretToCreate" .)) }}true{{ end -}}
 {{- end -}}
 
 {{/*

@@ -124,11 +124,15 @@ class Forbidden(ApiError):
     """HTTP 403: the hook's Role/ClusterRole lacks the permission."""
 
 
+class Conflict(ApiError):
+    """HTTP 409: the object already exists (create) or changed under us (update)."""
+
+
 class Gone(ApiError):
     """HTTP 410: a watch's resource version expired; list again."""
 
 
-_BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 403: Forbidden, 410: Gone}
+_BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 403: Forbidden, 409: Conflict, 410: Gone}
 
 
 def translate(what: str, exc: BaseException) -> ApiError:

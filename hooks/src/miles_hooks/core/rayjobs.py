@@ -3,7 +3,9 @@ convert path)."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from miles_hooks.core.errors import CheckFailed, HookTimeout
@@ -14,12 +16,15 @@ TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 def client(address: str, attempts: int = 3, delay: float = 2.0) -> Any:
     """A JobSubmissionClient for the dashboard at ``address``; CheckFailed when it is unreachable."""
     # ray is heavy and absent from the miles image (convert): imported on use
+    from ray.exceptions import AuthenticationError  # noqa: PLC0415
     from ray.job_submission import JobSubmissionClient  # noqa: PLC0415
 
     last: Exception | None = None
     for attempt in range(attempts):
         try:
             return JobSubmissionClient(address)
+        except AuthenticationError as exc:
+            raise CheckFailed(auth_refusal(address, exc)) from None
         except (ConnectionError, RuntimeError, ValueError) as exc:
             last = exc
             if attempt + 1 < attempts:
@@ -27,6 +32,32 @@ def client(address: str, attempts: int = 3, delay: float = 2.0) -> Any:
     raise CheckFailed(
         f"Ray dashboard at {address} is not reachable: {last}; expected the head service of the "
         "RayCluster to answer (check rayCluster.dashboardUrl and that wait-ready passed)"
+    )
+
+
+def auth_headers() -> dict[str, str]:
+    """The Authorization header Ray's own clients send under token authentication, for the few
+    dashboard reads done without them: from RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names."""
+    if os.environ.get("RAY_AUTH_MODE") != "token":
+        return {}
+    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if not token and os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        try:
+            token = Path(os.environ["RAY_AUTH_TOKEN_PATH"]).read_text("utf-8").strip()
+        except OSError:
+            token = ""  # Ray's own client reports the unreadable file
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def auth_refusal(address: str, exc: BaseException) -> str:
+    """What to change when the Ray head refuses this hook (token authentication)."""
+    sent = "a token" if auth_headers() else "no token"
+    first = str(getattr(exc, "message", exc)).splitlines()[0]
+    return (
+        f"the Ray head at {address} refused this hook, which sent {sent} ({first}); expected the Ray pods "
+        "and the hooks to read the same Secret (secrets.rayAuth: RAY_AUTH_MODE=token, the token from "
+        "RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names). "
+        "If the Secret was replaced after the Ray pods started, restart them (delete the RayCluster's pods)"
     )
 
 

@@ -159,11 +159,12 @@ class StorageSpec(TypedDict):
 
 
 class SecretSpec(TypedDict):
-    purpose: Literal["huggingface", "wandb", "other"]
+    purpose: Literal["huggingface", "wandb", "rayAuth", "other"]
     name: str
     key: str
     env: str
     required: bool
+    generate: NotRequired[bool]  # preflight creates it with a random token when absent (Ray token)
 
 
 class NodesSpec(TypedDict):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import dry_run, kube, log
+from miles_hooks.core import dry_run, kube, log, ray_token
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.fsutil import human_bytes
 from miles_hooks.core.quantity import parse_count
@@ -345,6 +345,16 @@ def secret_findings(found: dict[str, dict[str, Any] | None], raw: RawSpec) -> li
         subject = f"secret/{ref['name']}"
         level = ERROR if ref["required"] else WARNING
         secret = found.get(ref["name"])
+        if secret is None and ref.get("generate"):
+            out.append(
+                Finding(
+                    INFO,
+                    subject,
+                    f"absent: created with a random token once every check passes (for {ref['purpose']}, "
+                    f"env {ref['env']})",
+                )
+            )
+            continue
         if secret is None:
             out.append(
                 Finding(
@@ -545,4 +555,7 @@ def run(spec: RunSpec) -> list[Finding]:
     LOG.info("preflight finished", extra={"fields": {"errors": len(errors), "api_requests": api.requests}})
     if errors:
         raise CheckFailed(f"preflight found {len(errors)} problem(s):", [str(e) for e in errors])
+    # only now: a refused release leaves nothing behind
+    for line in ray_token.ensure(api, spec.raw):
+        LOG.info(line)
     return findings

@@ -123,7 +123,8 @@ def probe_problems(
 def _http_json(url: str, timeout: float = 10.0) -> Any:
     if not url.startswith(("http://", "https://")):
         raise CheckFailed(f"rayCluster.dashboardUrl must be http(s), found {url!r}")
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - scheme checked
+    request = urllib.request.Request(url, headers=rayjobs.auth_headers())  # noqa: S310 - scheme checked
+    with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - scheme checked
         return json.loads(resp.read())
 
 
@@ -203,6 +204,7 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
     healthy, detail = gcs_health_settled(dashboard)
     if not healthy:
         raise CheckFailed(f"Ray GCS not healthy: {detail} (run wait-ready first)")
+    cl = rayjobs.client(dashboard)  # first: a refused token is reported as such
     version = _http_json(dashboard + "/api/version").get("ray_version")
     problems = version_problems(version, raw)
     node_list = list_nodes(dashboard)
@@ -212,7 +214,6 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
     else:
         found, workers = node_problems(node_list, raw)
         problems += found
-    cl = rayjobs.client(dashboard)
     busy = [
         j.submission_id
         for j in cl.list_jobs()

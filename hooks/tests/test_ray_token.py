@@ -1,0 +1,36 @@
+"""The Ray token Secret's shape (the API calls of ray_token.ensure run against the testbed's API server:
+tests/e2e/test_ray_auth.py)."""
+
+from __future__ import annotations
+
+from hooks_testlib import base_spec
+from miles_hooks.core import ray_token
+
+
+def test_only_secrets_marked_generate_are_created() -> None:
+    raw = base_spec()
+    ref = {
+        "purpose": "rayAuth",
+        "name": "rt-ray-auth",
+        "key": "token",
+        "env": "RAY_AUTH_TOKEN",
+        "required": True,
+    }
+    raw["secrets"] = [{**ref, "name": "named", "generate": False}, {**ref, "generate": True}]
+    assert [r["name"] for r in ray_token.to_create(raw)] == ["rt-ray-auth"]
+
+
+def test_the_secret_holds_the_token_under_its_key_with_the_release_labels() -> None:
+    raw = base_spec()
+    ref = {
+        "purpose": "rayAuth",
+        "name": "rt-ray-auth",
+        "key": "tok",
+        "env": "RAY_AUTH_TOKEN",
+        "required": True,
+    }
+    body = ray_token.secret_body(ref, raw, "t0ken")
+    assert body["stringData"] == {"tok": "t0ken"}
+    assert body["metadata"]["namespace"] == raw["release"]["namespace"]
+    assert body["metadata"]["labels"]["app.kubernetes.io/instance"] == raw["release"]["name"]
+    assert "t0ken" not in str(body["metadata"])

@@ -1,0 +1,93 @@
+"""Ray token authentication on the testbed (secrets.rayAuth).
+
+With the default values preflight creates the token Secret itself (a hook pod, with the release's own
+RBAC, against the real API server): once, with a random token that appears in no manifest, no Helm
+release and no log, and never rewritten by an upgrade. The testbed's one Ray head runs with its own
+token, which the other e2e installs name through values-local-testbed.yaml; this release's Ray pods hold
+another, so its post-install steps that talk to Ray are off here (the lifecycle test covers them).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import testbed as tb
+
+pytestmark = pytest.mark.cluster
+
+RELEASE = "tok"
+VALUES = [tb.OVERLAY, tb.VALUES / "values-colocated.yaml"]
+GENERATED = [
+    "--set", "secrets.rayAuth.existingSecret=",
+    "--set", "hooks.waitReady.enabled=false",
+    "--set", "hooks.verify.enabled=false",
+    "--set", "hooks.submit.enabled=false",
+]  # fmt: skip
+
+
+def token_secret(ns: str) -> dict[str, Any]:
+    return dict(tb.kget("secret", ns, f"{RELEASE}-miles-ray-auth"))
+
+
+def files_containing(text: str) -> list[str]:
+    runner = tb.CLUSTER_DIR / "runner"
+    return [str(p) for p in runner.rglob("*") if p.is_file() and text in p.read_text(errors="replace")]
+
+
+def test_preflight_creates_the_ray_token_secret_once_and_shows_it_nowhere(
+    namespace: str, inputs_ready: Callable[..., Any]
+) -> None:
+    ns = namespace
+    inputs_ready(VALUES, RELEASE, ns, GENERATED)
+    assert tb.kubectl("-n", ns, "get", "secret", f"{RELEASE}-miles-ray-auth", check=False).rc != 0
+
+    tb.deploy("helm4", "install", RELEASE, ns, VALUES, *GENERATED)
+    secret = token_secret(ns)
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert len(token) == 43, "expected 32 random bytes, URL-safe"
+    assert secret["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    assert secret["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "miles-hooks"
+
+    # the Ray pods read it by reference; the value is in no manifest, release record or hook log
+    (cluster,) = tb.kget("rayclusters.ray.io", ns)["items"]
+    head_env = {
+        e["name"]: e for e in cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert head_env["RAY_AUTH_MODE"]["value"] == "token"
+    assert head_env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == f"{RELEASE}-miles-ray-auth"
+    assert token not in tb.helm("helm4", "get", "all", RELEASE, "-n", ns).out
+    assert (
+        token not in tb.kubectl("get", "configmaps,rayclusters.ray.io,jobs,pods", "-n", ns, "-o", "yaml").out
+    )
+    assert files_containing(token) == []
+
+    # an upgrade keeps it: preflight never rewrites an existing Secret
+    tb.deploy("helm4", "upgrade", RELEASE, ns, VALUES, *GENERATED)
+    assert token_secret(ns)["metadata"]["uid"] == secret["metadata"]["uid"]
+    assert base64.b64decode(token_secret(ns)["data"]["token"]).decode() == token
+
+    # uninstall leaves it (documented), like a kept storage claim
+    tb.helm("helm4", "uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "3m")
+    assert token_secret(ns)["metadata"]["uid"] == secret["metadata"]["uid"]
+    # the pre-phase right to create Secrets went with the pre hooks
+    roles = tb.kubectl("-n", ns, "get", "roles", "-o", "name").out.split()
+    assert f"role.rbac.authorization.k8s.io/{RELEASE}-miles-hooks-preflight" not in roles
+
+
+def test_the_ray_head_refuses_an_unauthenticated_job_submission() -> None:
+    """The testbed head (up.sh) runs as the chart starts Ray: no token, no job; the hooks that submitted
+    the other tests' jobs did so with the token the chart wired into them."""
+    import urllib.error
+    import urllib.request
+
+    for token, code in ((None, 401), ("not-the-token", 403)):
+        req = tb.ray_request("/api/jobs/", "POST", token=token)
+        req.data = b'{"entrypoint": "echo pwned"}'
+        req.add_header("Content-Type", "application/json")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=10)
+        assert refused.value.code == code
+    assert not [j for j in tb.ray_jobs() if j["entrypoint"] == "echo pwned"]
