@@ -114,3 +114,15 @@ metadata: {name: miles-reward}
     ]
     assert batch[1].body["metadata"] == {"labels": {"app": "convert"}, "name": "miles-convert-dry-run-pod"}
     assert batch[1].body["spec"]["restartPolicy"] == "Never"
+
+
+def test_a_pod_security_refusal_names_the_namespace_label_and_what_to_change() -> None:
+    restricted = (
+        'pods "miles-worker" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'
+    )
+    hint = dry_run.pod_security_hint(restricted)
+    assert "pod-security.kubernetes.io/enforce=restricted refuses it" in hint
+    assert "label the namespace pod-security.kubernetes.io/enforce=baseline" in hint
+    baseline = dry_run.pod_security_hint('violates PodSecurity "baseline:v1.34": privileged')
+    assert "enforce=baseline refuses it" in baseline and "securityContext" in baseline
+    assert dry_run.pod_security_hint("exceeded quota: gpus") == ""

@@ -78,6 +78,11 @@ API_SERVER_CASES = {
         ],
         ['violates PodSecurity "baseline', "privileged"],
     ),
+    "a restricted namespace and the miles image, which runs as root": (
+        [["label", "namespace", "{ns}", "pod-security.kubernetes.io/enforce=restricted"]],
+        [],
+        ['violates PodSecurity "restricted', "pod-security.kubernetes.io/enforce=restricted refuses it"],
+    ),
     "Pod validation of a pass-through object": (
         [],
         [

@@ -403,6 +403,28 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "hooks.rbac.create: expected true, or serviceAccount.create false with serviceAccount.name an existing account, found false with serviceAccount.create true: the pre-install hook pods would run as %q, which Helm creates only after those hooks" (include "miles.serviceAccountName" .)) -}}
 {{- end -}}
 {{- end -}}
+{{- /* credentials only by reference: a literal renders into the RayCluster, ConfigMaps or every hook pod, where `kubectl get -o yaml` and the Helm release show it (the hooks refuse the same names in the Ray runtime env) */ -}}
+{{- $credentialName := "(?i)(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)" -}}
+{{- $credentialValue := "hf_[A-Za-z0-9]{30,}|(AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY-----|[a-z][a-z0-9+.-]*://[^/@\\s:]+:[^/@\\s]+@|eyJ[A-Za-z0-9_-]{10,}\\.[A-Za-z0-9_-]{10,}\\." -}}
+{{- $envLists := list (list "rayCluster.head.extraEnv" $v.rayCluster.head.extraEnv) (list "rayCluster.workers.extraEnv" $v.rayCluster.workers.extraEnv) (list "singleNode.extraEnv" $v.singleNode.extraEnv) (list "hooks.extraEnv" $v.hooks.extraEnv) -}}
+{{- $literals := list -}}
+{{- range $l := $envLists -}}
+{{- range $i, $env := (index $l 1) -}}
+{{- if and (kindIs "map" $env) (hasKey $env "value") -}}
+{{- $literals = append $literals (list (printf "%s[%d] (%s)" (index $l 0) $i (toString $env.name)) (toString $env.name) (toString $env.value)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $val := $v.recipe.extraEnv -}}
+{{- $literals = append $literals (list (printf "recipe.extraEnv.%s" $name) $name (toString $val)) -}}
+{{- end -}}
+{{- range $lit := $literals -}}
+{{- if regexMatch $credentialName (index $lit 1) -}}
+{{- $e = append $e (printf "%s: expected a credential-like name to take its value from a Secret (valueFrom.secretKeyRef in the *.extraEnv lists; secrets.extra for the Ray pods and the job), found a literal value (not shown); it would be readable in the rendered objects and the Helm release" (index $lit 0)) -}}
+{{- else if regexMatch $credentialValue (index $lit 2) -}}
+{{- $e = append $e (printf "%s: expected no secret in a plain value, found one that looks like a token or key (not shown); put it in a Secret and reference it (valueFrom.secretKeyRef, or secrets.extra)" (index $lit 0)) -}}
+{{- end -}}
+{{- end -}}
 {{- if $e -}}
 {{- fail (printf "\n\nmiles: %d invalid value(s):\n  - %s\n" (len $e) (join "\n  - " $e)) -}}
 {{- end -}}

@@ -111,6 +111,25 @@ def _refusal(exc: Any) -> str:
     return str(body.get("message") or f"HTTP {exc.status}: {exc.reason}")
 
 
+_POD_SECURITY = re.compile(r'violates PodSecurity "(?P<level>[a-z]+):')
+
+
+def pod_security_hint(reason: str) -> str:
+    """What to change when Pod Security admission refuses a pod: the namespace label that set the level,
+    and, for ``restricted``, that the miles image's pods need ``baseline``."""
+    m = _POD_SECURITY.search(reason)
+    if m is None:
+        return ""
+    level = m.group("level")
+    label = f"the namespace's label pod-security.kubernetes.io/enforce={level}"
+    if level == "restricted":
+        return (
+            f"{label} refuses it: the Ray, single-node and convert pods run the miles image as root, which "
+            "`baseline` admits; label the namespace pod-security.kubernetes.io/enforce=baseline"
+        )
+    return f"{label} refuses it: bring the pod's securityContext values within `{level}`"
+
+
 def send_all(api: kube.Api, batch: list[Candidate], namespace: str) -> list[Outcome]:
     """One dry-run apply per candidate. Refusals (400/409/422 and webhook denials) are outcomes, not
     exceptions; anything else (the API server unreachable, 5xx) raises :class:`kube.ApiError`."""
@@ -147,6 +166,7 @@ def _send(resources: Any, candidate: Candidate, namespace: str) -> Outcome:
         if "does not support dry run" in reason:
             return Outcome(candidate.subject, unchecked=reason)
         if exc.status in (400, 403, 404, 409, 422):
-            return Outcome(candidate.subject, refused=reason)
+            hint = pod_security_hint(reason)
+            return Outcome(candidate.subject, refused=f"{reason}; {hint}" if hint else reason)
         raise kube.translate(f"dry-running {candidate.subject}", exc) from exc
     return Outcome(candidate.subject)
