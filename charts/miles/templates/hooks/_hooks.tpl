@@ -81,6 +81,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
   "volumes" (list (dict "name" "miles-hooks" "emptyDir" (dict "sizeLimit" "256Mi")))
   "volumeMounts" (list (dict "name" "miles-hooks" "mountPath" "/miles-hooks" "readOnly" true))
   "storage" true
+  "annotations" $v.hooks.convert.podAnnotations
   "shmSize" $v.hooks.convert.shmSize
   "podSecurityContext" $v.gpuPods.podSecurityContext
   "nodeSelector" $pools.worker.nodeSelector
@@ -94,6 +95,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
   "nodeSelector" $pools.hooks.nodeSelector
   "tolerations" $pools.hooks.tolerations
   "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "testReport"))) -}}
+{{- if eq $s.key "prepareData" }}{{ $_ := set $pod "annotations" $v.hooks.prepareData.podAnnotations }}{{ end -}}
 {{- end -}}
 {{- include "miles.podTemplate" (dict "context" $ctx "component" (printf "hook-%s" (default $s.step $s.name)) "pod" $pod) -}}
 {{- end -}}
