@@ -274,6 +274,13 @@ OVERRIDES = {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
     },
+    "networkPolicy.egress.blockedCidrs": {
+        "type": "array",
+        "items": {
+            "type": "string",
+            "pattern": r"^([0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9a-fA-F:]*:[0-9a-fA-F:]*/[0-9]{1,3})$",
+        },
+    },
     "secrets.rayAuth.existingSecret": {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
