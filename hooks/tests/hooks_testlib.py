@@ -18,6 +18,18 @@ def base_spec() -> dict[str, Any]:
     return copy.deepcopy(raw)
 
 
+def ray_token_ref(**changes: Any) -> dict[str, Any]:
+    """A run-spec ``secrets[]`` entry for the Ray token Secret (secrets.rayAuth), with ``changes``."""
+    ref = {
+        "purpose": "rayAuth",
+        "name": "rt-ray-auth",
+        "key": "token",
+        "env": "RAY_AUTH_TOKEN",
+        "required": True,
+    }
+    return {**ref, **changes}
+
+
 def spec_in(tmp: Path) -> dict[str, Any]:
     raw = base_spec()
     raw["model"]["hfPath"] = str(tmp / "fsx/models/Qwen3-4B")

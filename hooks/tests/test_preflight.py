@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hooks_testlib import base_spec
+from hooks_testlib import base_spec, ray_token_ref
 from miles_hooks.core.quantity import parse_count
 from miles_hooks.steps import preflight as pf
 
@@ -195,23 +195,16 @@ def test_secret_findings_levels_and_no_values() -> None:
 
 def test_an_absent_ray_token_secret_is_created_not_refused_but_a_named_one_must_exist() -> None:
     raw = base_spec()
-    ref = {
-        "purpose": "rayAuth",
-        "name": "rt-ray-auth",
-        "key": "token",
-        "env": "RAY_AUTH_TOKEN",
-        "required": True,
-    }
-    raw["secrets"] = [{**ref, "generate": True}]
+    raw["secrets"] = [ray_token_ref(generate=True)]
     (generated,) = pf.secret_findings({"rt-ray-auth": None}, raw)
     assert (
         generated.level == pf.INFO
         and "created with a random token once every check passes" in generated.message
     )
-    raw["secrets"] = [{**ref, "generate": False}]
+    raw["secrets"] = [ray_token_ref(generate=False)]
     (named,) = pf.secret_findings({"rt-ray-auth": None}, raw)
     assert named.level == pf.ERROR and "not found" in named.message
-    raw["secrets"] = [{**ref, "generate": True}]
+    raw["secrets"] = [ray_token_ref(generate=True)]
     (keyless,) = pf.secret_findings({"rt-ray-auth": {"data": {"other": ""}}}, raw)
     assert keyless.level == pf.ERROR and "has no key 'token'" in keyless.message  # never rewritten
 

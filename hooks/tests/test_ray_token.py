@@ -3,33 +3,19 @@ tests/e2e/test_ray_auth.py)."""
 
 from __future__ import annotations
 
-from hooks_testlib import base_spec
+from hooks_testlib import base_spec, ray_token_ref
 from miles_hooks.core import ray_token
 
 
 def test_only_secrets_marked_generate_are_created() -> None:
     raw = base_spec()
-    ref = {
-        "purpose": "rayAuth",
-        "name": "rt-ray-auth",
-        "key": "token",
-        "env": "RAY_AUTH_TOKEN",
-        "required": True,
-    }
-    raw["secrets"] = [{**ref, "name": "named", "generate": False}, {**ref, "generate": True}]
+    raw["secrets"] = [ray_token_ref(name="named", generate=False), ray_token_ref(generate=True)]
     assert [r["name"] for r in ray_token.to_create(raw)] == ["rt-ray-auth"]
 
 
 def test_the_secret_holds_the_token_under_its_key_with_the_release_labels() -> None:
     raw = base_spec()
-    ref = {
-        "purpose": "rayAuth",
-        "name": "rt-ray-auth",
-        "key": "tok",
-        "env": "RAY_AUTH_TOKEN",
-        "required": True,
-    }
-    body = ray_token.secret_body(ref, raw, "t0ken")
+    body = ray_token.secret_body(ray_token_ref(key="tok"), raw, "t0ken")
     assert body["stringData"] == {"tok": "t0ken"}
     assert body["metadata"]["namespace"] == raw["release"]["namespace"]
     assert body["metadata"]["labels"]["app.kubernetes.io/instance"] == raw["release"]["name"]

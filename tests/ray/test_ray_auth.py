@@ -16,6 +16,17 @@ from ray.job_submission import JobSubmissionClient
 from ray_testlib import AUTH_ENV, LocalRay, make_spec, write_spec
 
 
+def run_hook(step: str, spec: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "miles_hooks", step, "--spec", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+
+
 def http_status(url: str, method: str = "GET", token: str | None = None) -> int:
     req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
     if token is not None:
@@ -49,14 +60,7 @@ def test_a_hook_without_the_right_token_names_the_secret_and_submits_nothing(
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN"}
     if token is not None:
         env["RAY_AUTH_TOKEN"] = token
-    proc = subprocess.run(
-        [sys.executable, "-m", "miles_hooks", step, "--spec", str(spec)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
+    proc = run_hook(step, spec, env)
     assert proc.returncode == 1, proc.stderr
     assert "refused this hook" in proc.stderr and sent in proc.stderr, proc.stderr
     assert "secrets.rayAuth" in proc.stderr, proc.stderr
@@ -74,12 +78,5 @@ def test_a_hook_reads_the_token_from_the_file_the_chart_mounts(local_ray: LocalR
     spec = write_spec(tmp_path / "run.json", raw)
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN"}
     env["RAY_AUTH_TOKEN_PATH"] = str(token_file)
-    proc = subprocess.run(
-        [sys.executable, "-m", "miles_hooks", "verify", "--spec", str(spec)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-    )
+    proc = run_hook("verify", spec, env)
     assert proc.returncode == 0, proc.stderr
