@@ -55,11 +55,14 @@ def test_the_dry_run_role_grants_apply_on_each_namespaced_kind(scenario: str) ->
     rendered = docs(render("helm4", scenario))
     (role,) = find(rendered, "Role", f"{RELEASE}-hooks-preflight")
     dry_run_rules = [rule for rule in role["rules"] if rule["verbs"] == ["create", "patch"]]
-    # the only other rule: creating the Ray token Secret, when the chart names it (no existingSecret)
-    token_rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}
+    # the other rules: preflight's reads, and creating the Ray token Secret when the chart names it
+    others = [r for r in role["rules"] if r not in dry_run_rules]
+    reads = [r for r in others if r.get("resourceNames") or r["resources"] != ["secrets"]]
+    assert all(r["verbs"] == ["get"] for r in reads)
     (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
     generated = any(ref.get("generate") for ref in json.loads(hook_copy["data"]["run.json"])["secrets"])
-    assert [r for r in role["rules"] if r not in dry_run_rules] == ([token_rule] if generated else [])
+    token_rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}
+    assert (token_rule in others) == generated
     granted = {(g, r) for rule in dry_run_rules for g in rule["apiGroups"] for r in rule["resources"]}
     for obj in dry_run_objects(rendered):
         if obj["kind"] in ("StorageClass", "PersistentVolume"):
@@ -70,10 +73,11 @@ def test_the_dry_run_role_grants_apply_on_each_namespaced_kind(scenario: str) ->
         assert ("", "pods") in granted, "the pod templates are dry-run as Pods"
 
 
-def test_off_switch_leaves_no_manifests_no_role_and_tells_the_hooks() -> None:
+def test_off_switch_leaves_no_manifests_no_dry_run_rights_and_tells_the_hooks() -> None:
     off = ("--set", "hooks.preflight.apiDryRun=false", "--set", "secrets.rayAuth.existingSecret=ray-token")
     rendered = docs(render("helm4", "colocated", off))
     (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
     assert "manifests.yaml" not in hook_copy["data"]
-    assert not find(rendered, "Role", f"{RELEASE}-hooks-preflight")
+    (role,) = find(rendered, "Role", f"{RELEASE}-hooks-preflight")
+    assert all(rule["verbs"] == ["get"] for rule in role["rules"])  # preflight's reads only
     assert json.loads(hook_copy["data"]["run.json"])["checks"]["apiDryRun"] is False

@@ -133,6 +133,15 @@ def journal(namespace: str | None = None, since: float = 0.0) -> list[dict[str, 
     return out
 
 
+def audit_events(namespace: str, service_account: str) -> list[dict[str, Any]]:
+    """The API server's audit events (ci/cluster/audit-policy.yaml) of requests made with this
+    ServiceAccount's tokens: each names the pod its bound token belongs to."""
+    user = f"system:serviceaccount:{namespace}:{service_account}"
+    path = CLUSTER_DIR / "logs" / "audit.log"
+    events = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [e for e in events if (e.get("user") or {}).get("username") == user]
+
+
 def hook_steps(entries: list[dict[str, Any]]) -> list[str]:
     """The miles-hooks step each journal entry ran (main containers only), in start order."""
     steps = []

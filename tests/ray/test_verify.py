@@ -6,9 +6,11 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from miles_hooks.core import rayjobs
 from miles_hooks.steps import verify
 from ray.job_submission import JobSubmissionClient
 from ray_testlib import LocalRay, make_spec, write_spec
@@ -88,3 +90,20 @@ def test_node_problems_pure() -> None:
     assert any("CPU=4" in p for p in problems)
     assert any("no 'gpu_node' resource" in p for p in problems)
     assert verify.version_problems("2.60.0", {"rayCluster": {"rayVersion": "2.60.0"}}) == []
+
+
+def test_a_finished_job_deleted_by_delete_settled_stays_gone(local_ray: LocalRay) -> None:
+    """Ray's job manager writes a FAILED record back ("Job supervisor actor died") for a job deleted while
+    its supervisor actor still lived: deleting right after the job ends brought the record back every
+    time here (6 of 6), and verify's probe jobs piled up under Argo CD, which reruns verify on every
+    sync. verify deletes its probe job with rayjobs.delete_settled."""
+    from ray.dashboard.modules.job.job_manager import JobManager
+
+    client = JobSubmissionClient(local_ray.dashboard_url)
+    sid = client.submit_job(entrypoint="true", metadata={"miles.verifyFor": "rv-settle"})
+    assert rayjobs.wait_terminal(client, sid, 120) == "SUCCEEDED"
+    rayjobs.delete_settled(client, local_ray.dashboard_url, sid)
+    assert not rayjobs.supervisor_alive(local_ray.dashboard_url, sid)
+    for _ in range(3):  # across the job manager's checks, by Ray's own period
+        assert rayjobs.get_job(client, sid) is None
+        time.sleep(JobManager.JOB_MONITOR_LOOP_PERIOD_S)

@@ -69,7 +69,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
 {{- $pools := include "miles.pools" $ctx | fromJson -}}
 {{- $pod := dict
   "serviceAccountName" (include "miles.hooksServiceAccountName" $ctx)
-  "automountToken" (has $s.key (list "preflight" "waitReady" "submit" "test"))
+  "automountToken" (has $s.key (list "preflight" "waitReady" "test"))
   "restartPolicy" "Never"
   "runSpec" $s.runSpec
   "tmp" true
@@ -203,10 +203,15 @@ miles.apiDryRun: "true" when preflight sends the release's objects to the API se
 {{- range (include "miles.secretRefs" . | fromJsonArray) }}{{ if .generate }}{{ .name }}{{ end }}{{ end -}}
 {{- end -}}
 
-{{/* miles.preflightRbac: "true" when preflight needs rights of its own for the pre phase (the dry run, the Ray token Secret). */}}
+{{/* miles.preflightRbac: "true" when the chart grants preflight its rights (a pre-phase Role of its own). */}}
 {{- define "miles.preflightRbac" -}}
-{{- $p := .Values.hooks.preflight -}}
-{{- if and .Values.hooks.rbac.create .Values.hooks.enabled $p.enabled (or (include "miles.apiDryRun" .) (include "miles.rayAuthSecretToCreate" .)) }}true{{ end -}}
+{{- if has "preflight" (include "miles.hookRbacKeys" . | fromJsonArray) }}true{{ end -}}
+{{- end -}}
+
+{{/* miles.hookReaderRbac: "true" when a step that reads the RayCluster runs with the chart's RBAC (wait-ready, the test status pod). */}}
+{{- define "miles.hookReaderRbac" -}}
+{{- $keys := include "miles.hookRbacKeys" . | fromJsonArray -}}
+{{- if or (has "waitReady" $keys) (has "test" $keys) }}true{{ end -}}
 {{- end -}}
 
 {{/*

@@ -124,3 +124,44 @@ def submit_job(cl: Any, retry_for: float = 90.0, **kwargs: Any) -> str:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 8.0)
+
+
+# Ray's job manager (ray.dashboard.modules.job.job_manager.JobManager) checks each job's supervisor actor
+# once per JOB_MONITOR_LOOP_PERIOD_S (1 s) and writes FAILED for a job whose record is gone while the
+# actor was still alive at its last check: a record deleted right after the job ends comes back.
+_MONITOR_PERIOD_S = 1.0
+_SUPERVISOR_ACTOR = "_ray_internal_job_actor_{sid}"
+
+
+def supervisor_alive(dashboard: str, submission_id: str) -> bool:
+    """Whether the job's supervisor actor is still alive (state API, through the dashboard)."""
+    # ray is heavy and absent from the miles image (convert): imported on use
+    from ray.util.state import list_actors  # noqa: PLC0415
+
+    name = _SUPERVISOR_ACTOR.format(sid=submission_id)
+    actors = list_actors(address=dashboard, filters=[("name", "=", name)], raise_on_missing_output=False)
+    return any(str(getattr(a, "state", "")) != "DEAD" for a in actors)
+
+
+def delete_settled(cl: Any, dashboard: str, submission_id: str, timeout: float = 60.0) -> None:
+    """Delete a terminal job's record for good: once its supervisor actor is dead, delete; a record the
+    job manager writes back (FAILED, "supervisor died") is deleted again, until it has stayed gone for
+    two of the manager's checks."""
+    deadline = time.monotonic() + timeout
+    while supervisor_alive(dashboard, submission_id):
+        if time.monotonic() >= deadline:
+            raise HookTimeout(f"Ray job {submission_id}: supervisor actor still alive after {timeout:.0f}s")
+        time.sleep(0.2)
+    gone_since: float | None = None
+    while True:
+        now = time.monotonic()
+        if get_job(cl, submission_id) is not None:
+            cl.delete_job(submission_id)
+            gone_since = now
+        elif gone_since is None:
+            gone_since = now
+        if now - gone_since >= 2 * _MONITOR_PERIOD_S:
+            return
+        if now >= deadline:
+            raise HookTimeout(f"Ray job {submission_id}: its record kept coming back for {timeout:.0f}s")
+        time.sleep(0.2)

@@ -181,7 +181,7 @@ def run_probe(
             if rayjobs.status_name(cl.get_job_status(sid)) not in rayjobs.TERMINAL:
                 cl.stop_job(sid)
                 rayjobs.wait_terminal(cl, sid, 60)
-            cl.delete_job(sid)
+            rayjobs.delete_settled(cl, spec.dashboard_url, sid)
         except Exception as exc:
             LOG.warning(
                 "could not delete the probe job",
