@@ -118,12 +118,31 @@ def _allowed(entries, check_id: str, resource: str) -> bool:
     return False
 
 
+def ray_pods(rendered: str) -> list[dict]:
+    """The RayCluster's head and worker pod templates as Pods (checkov does not look inside a CRD; KubeRay
+    creates exactly these pods), named raycluster-head / raycluster-worker-<group>."""
+    pods = []
+    for doc in docs(rendered):
+        if doc["kind"] != "RayCluster":
+            continue
+        groups = [("head", doc["spec"]["headGroupSpec"])]
+        groups += [(f"worker-{g['groupName']}", g) for g in doc["spec"].get("workerGroupSpecs", [])]
+        for suffix, group in groups:
+            template = group["template"]
+            metadata = {**template.get("metadata", {}), "name": f"raycluster-{suffix}", "namespace": "ml"}
+            pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]})
+    return pods
+
+
 @pytest.fixture(scope="module")
 def checkov_report(tmp_path_factory) -> dict:
-    """One checkov run over every rendered scenario (one file each); tests read it per scenario."""
+    """One checkov run over every rendered scenario (one file each, the Ray pods included as Pods); tests
+    read it per scenario."""
     d = tmp_path_factory.mktemp("checkov")
     for scenario in SCENARIOS:
-        (d / f"{scenario}.yaml").write_text(render("helm4", scenario))
+        rendered = render("helm4", scenario)
+        extra = "".join("---\n" + yaml.safe_dump(p) for p in ray_pods(rendered))
+        (d / f"{scenario}.yaml").write_text(rendered + "\n" + extra)
     res = run(
         [
             tool("checkov"),
