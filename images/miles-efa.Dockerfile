@@ -26,7 +26,9 @@
 #                          `docker buildx imagetools inspect radixark/miles:<tag>` (or `crane digest`).
 #   MILES_TAG              the tag that digest was read from, recorded only  (default empty)
 #   EFA_INSTALLER_VERSION  AWS EFA installer release                        (default 1.48.0)
-#   EFA_INSTALLER_SHA256   optional sha256 of the installer tarball; checked when set
+#   EFA_INSTALLER_SHA256   sha256 of the installer tarball: REQUIRED (`sha256sum` of the file you
+#                          downloaded and checked against AWS's published signature); the build stops
+#                          before extracting an unchecked download
 #   RAY_VERSION            optional: the Ray you will put in rayCluster.rayVersion; when set the
 #                          build fails unless the base's Ray is exactly that version
 #   CHECK_PROFILE          miles model profile run through model_args_utils.py as the minimum-image
@@ -39,6 +41,7 @@
 #   docker buildx build --platform linux/amd64 -f images/miles-efa.Dockerfile \
 #     --build-arg MILES_DIGEST=sha256:<64 hex of radixark/miles:v0.1.0> --build-arg MILES_TAG=v0.1.0 \
 #     --build-arg RAY_VERSION=<ray in that image> \
+#     --build-arg EFA_INSTALLER_SHA256=<sha256 of aws-efa-installer-1.48.0.tar.gz> \
 #     -t <registry>/miles-efa:v0.1.0-efa1.48.0 --push .
 #
 # Ray: upstream installs ray[default] unpinned, so each base has whatever Ray was current when it was
@@ -122,9 +125,11 @@ RUN set -eu; \
     fi; \
     curl -fsSLo /tmp/aws-efa-installer.tar.gz \
       "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz"; \
-    if [ -n "${EFA_INSTALLER_SHA256}" ]; then \
-      echo "${EFA_INSTALLER_SHA256}  /tmp/aws-efa-installer.tar.gz" | sha256sum -c -; \
+    if [ -z "${EFA_INSTALLER_SHA256}" ]; then \
+      echo "ERROR: EFA_INSTALLER_SHA256 is required: pass --build-arg EFA_INSTALLER_SHA256=<sha256 of aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz>" >&2; \
+      exit 1; \
     fi; \
+    echo "${EFA_INSTALLER_SHA256}  /tmp/aws-efa-installer.tar.gz" | sha256sum -c -; \
     tar -xzf /tmp/aws-efa-installer.tar.gz -C /tmp; \
     ./efa_installer.sh -y -g --skip-kmod --skip-limit-conf --no-verify; \
     plugin="$(find /opt/amazon -name 'libnccl-net*.so' -print -quit)"; \
