@@ -75,7 +75,7 @@ bench: tools ## benchmarks (testbed, reward service); results land in tests/benc
 package: tools ## helm package + push/pull round trip through an OCI registry on loopback (INSTALL=1: into the testbed)
 	ci/package.sh
 
-lock: ## re-resolve ci/requirements.lock from ci/requirements.txt in a scratch venv
+lock: ## re-resolve ci/requirements.lock and the images' hashed locks (images/*requirements.lock) in scratch venvs
 	ci/lock-requirements.sh
 
 clean-tools: ## remove .tools/ and .venv/

@@ -8,20 +8,27 @@
 # Runs as UID/GID 10001 and works with a read-only root file system: nothing writes outside /tmp
 # (an emptyDir in the chart); byte code is compiled at build time.
 
-FROM python:3.12-slim AS build
+# The Python base, pinned by digest (the multi-arch index of python:3.12-slim as published in August 2026;
+# no image registry is reachable from the machines this repo is developed on, so re-resolve it with
+# `docker buildx imagetools inspect python:3.12-slim` when bumping). Override with --build-arg PYTHON_IMAGE.
+ARG PYTHON_IMAGE=python:3.12-slim@sha256:78387bc3881b8273120a12ebe6c1ab22b018ccc2c9adf565ae1ac9b536e184ea
+
+FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-COPY ci/requirements.lock hooks/requirements.txt ./
+# every file checked against its sha256 in the lock (make lock); nothing else is fetched, the
+# package's own build included (setuptools comes from the lock)
+COPY images/hooks-requirements.lock ./
 RUN python -m venv /opt/miles-hooks/venv \
- && /opt/miles-hooks/venv/bin/pip install --no-cache-dir -r requirements.txt -c requirements.lock
+ && /opt/miles-hooks/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r hooks-requirements.lock
 COPY hooks/ ./hooks/
-RUN /opt/miles-hooks/venv/bin/pip install --no-cache-dir --no-deps ./hooks \
+RUN /opt/miles-hooks/venv/bin/pip install --no-cache-dir --no-deps --no-index --no-build-isolation ./hooks \
  && mkdir -p /opt/miles-hooks/pkg \
  && cp -r hooks/src/miles_hooks /opt/miles-hooks/pkg/miles_hooks \
  && find /opt/miles-hooks/pkg -name '__pycache__' -type d -prune -exec rm -rf {} + \
  && /opt/miles-hooks/venv/bin/python -m compileall -q /opt/miles-hooks/venv
 
-FROM python:3.12-slim
+FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="miles-hooks" \
       org.opencontainers.image.description="Helm-hook steps for miles RL post-training on Kubernetes" \
       org.opencontainers.image.licenses="Apache-2.0"
