@@ -80,8 +80,8 @@ Look around:
   kubectl -n $ns get pods,jobs,raycluster,svc,cm
   kubectl get nodes -L node.kubernetes.io/instance-type,sagemaker.amazonaws.com/node-health-status
   ci/cluster/pod-logs.sh <hook-pod> $ns           # logs of the hook pods (also after they are deleted)
-  RAY_ADDRESS=http://127.0.0.1:$RAY_DASHBOARD_PORT RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_FILE \
-    ray job list                                      # the submitted job (real local Ray, token authentication)
+  # the submitted job (real local Ray, token authentication):
+  RAY_ADDRESS=http://127.0.0.1:$RAY_DASHBOARD_PORT RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_FILE ray job list
   open http://127.0.0.1:$RAY_DASHBOARD_PORT         # Ray dashboard (it asks for the token in the file above)
 Tear down:
   helm uninstall $release -n $ns; make cluster-down
