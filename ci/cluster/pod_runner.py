@@ -606,6 +606,9 @@ class Runner:
                 cond("Ready", ready, "ContainersNotReady"),
             ],
         }
+        # like the kubelet, keep the conditions others own (DisruptionTarget, set by an eviction or a
+        # preemption, is what a Job's podFailurePolicy reads): a merge patch replaces the whole list
+        status["conditions"] += self.foreign_conditions(pod, {c["type"] for c in status["conditions"]})
         if start:
             status["startTime"] = t
             status["hostIP"] = "127.0.0.1"
@@ -630,6 +633,16 @@ class Runner:
                 LOG.warning(
                     "%s/%s: status update failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason
                 )
+
+    def foreign_conditions(self, pod: client.V1Pod, managed: set[str]) -> list[dict[str, Any]]:
+        try:
+            current = self.core.read_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace)
+        except ApiException:
+            return []
+        conditions = (current.status and current.status.conditions) or []
+        return [
+            self.core.api_client.sanitize_for_serialization(c) for c in conditions if c.type not in managed
+        ]
 
     def finish(
         self,
