@@ -126,10 +126,9 @@ def submit_job(cl: Any, retry_for: float = 90.0, **kwargs: Any) -> str:
         delay = min(delay * 2, 8.0)
 
 
-# Ray's job manager (ray.dashboard.modules.job.job_manager.JobManager) checks each job's supervisor actor
-# once per JOB_MONITOR_LOOP_PERIOD_S (1 s) and writes FAILED for a job whose record is gone while the
-# actor was still alive at its last check: a record deleted right after the job ends comes back.
-_MONITOR_PERIOD_S = 1.0
+# Ray's job manager checks each job's supervisor actor once per JobManager.JOB_MONITOR_LOOP_PERIOD_S and
+# writes FAILED for a job whose record is gone while the actor was still alive at its last check: a record
+# deleted right after the job ends comes back.
 _SUPERVISOR_ACTOR = "_ray_internal_job_actor_{sid}"
 
 
@@ -147,6 +146,10 @@ def delete_settled(cl: Any, dashboard: str, submission_id: str, timeout: float =
     """Delete a terminal job's record for good: once its supervisor actor is dead, delete; a record the
     job manager writes back (FAILED, "supervisor died") is deleted again, until it has stayed gone for
     two of the manager's checks."""
+    # ray is heavy and absent from the miles image (convert): imported on use
+    from ray.dashboard.modules.job.job_manager import JobManager  # noqa: PLC0415
+
+    period = float(JobManager.JOB_MONITOR_LOOP_PERIOD_S)
     deadline = time.monotonic() + timeout
     while supervisor_alive(dashboard, submission_id):
         if time.monotonic() >= deadline:
@@ -160,7 +163,7 @@ def delete_settled(cl: Any, dashboard: str, submission_id: str, timeout: float =
             gone_since = now
         elif gone_since is None:
             gone_since = now
-        if now - gone_since >= 2 * _MONITOR_PERIOD_S:
+        if now - gone_since >= 2 * period:
             return
         if now >= deadline:
             raise HookTimeout(f"Ray job {submission_id}: its record kept coming back for {timeout:.0f}s")
