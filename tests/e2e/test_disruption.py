@@ -7,7 +7,6 @@ keeps the DisruptionTarget condition when it reports the evicted pod Failed, as 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -55,24 +54,12 @@ def test_a_convert_pod_lost_to_a_drain_is_replaced_and_the_install_completes(
     extra.write_text(
         yaml.safe_dump({"model": {"hfPath": f"models/e2e-drain-{ns}/Qwen3-4B"}, "hooks": {"extraEnv": env}})
     )
-    files = [arg for v in [*COLOCATED, extra] for arg in ("-f", str(v))]
     install = subprocess.Popen(
-        [
-            str(tb.TOOLS_BIN / "helm4"),
-            "install",
-            rel,
-            str(tb.CHART),
-            "-n",
-            ns,
-            *files,
-            "--wait",
-            "--timeout",
-            "8m",
-        ],
+        tb.deploy_argv("helm4", "install", rel, ns, [*COLOCATED, extra]),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "KUBECONFIG": str(tb.KUBECONFIG), "PATH": f"{tb.TOOLS_BIN}:{os.environ['PATH']}"},
+        env=tb.tool_env(),
     )
     node = ""
     try:

@@ -39,15 +39,19 @@ class Result:
     seconds: float
 
 
-def run(
-    argv: list[str], check: bool = True, timeout: float = 900, env: dict[str, str] | None = None
-) -> Result:
-    full_env = dict(
+def tool_env() -> dict[str, str]:
+    """The environment the tools run with: the testbed's kubeconfig, .tools/bin and the .venv first."""
+    return dict(
         os.environ,
         KUBECONFIG=str(KUBECONFIG),
         PATH=f"{TOOLS_BIN}:{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}",
     )
-    full_env.update(env or {})
+
+
+def run(
+    argv: list[str], check: bool = True, timeout: float = 900, env: dict[str, str] | None = None
+) -> Result:
+    full_env = {**tool_env(), **(env or {})}
     t0 = time.monotonic()
     p = subprocess.run(
         argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO, check=False
@@ -80,12 +84,17 @@ def helm(version: str, *args: str, check: bool = True, timeout: float = 900) -> 
     return run([str(TOOLS_BIN / version), *args], check=check, timeout=timeout)
 
 
-def deploy(version: str, verb: str, release: str, namespace: str, values: list[Path], *extra: str) -> Result:
+def deploy_argv(
+    version: str, verb: str, release: str, namespace: str, values: list[Path], *extra: str
+) -> list[str]:
     """helm install/upgrade of the chart with the value files in order, waiting as a user would."""
     files = [arg for path in values for arg in ("-f", str(path))]
-    return helm(
-        version, verb, release, str(CHART), "-n", namespace, *files, *extra, "--wait", "--timeout", "8m"
-    )
+    chart = [str(CHART), "-n", namespace, *files, *extra, "--wait", "--timeout", "8m"]
+    return [str(TOOLS_BIN / version), verb, release, *chart]
+
+
+def deploy(version: str, verb: str, release: str, namespace: str, values: list[Path], *extra: str) -> Result:
+    return run(deploy_argv(version, verb, release, namespace, values, *extra))
 
 
 def uninstall_cleanly(version: str, release: str, namespace: str, leftovers: Any) -> None:
