@@ -1,5 +1,5 @@
 """The Ray token Secret's shape (the API calls of ray_token.ensure run against the testbed's API server:
-tests/e2e/test_ray_auth.py)."""
+tests/e2e/test_ray_token_secret.py)."""
 
 from __future__ import annotations
 
