@@ -52,6 +52,9 @@ ray_cmd=("$root/.venv/bin/ray" start --head --block --disable-usage-stats
   --num-cpus=0 --num-gpus=0
   --object-store-memory=$((256*1024*1024)) --temp-dir="$RAY_TMP")
 export PATH="$root/.venv/bin:$PATH" RAY_USAGE_STATS_ENABLED=0
+# The testbed's Ray token is its own: a caller's (e.g. pytest after tests/ray set its cluster's token in the
+# environment) would take precedence over RAY_AUTH_TOKEN_PATH in the head and leak into the pod runner.
+unset RAY_AUTH_MODE RAY_AUTH_TOKEN RAY_AUTH_TOKEN_PATH
 # Token authentication as the chart turns it on (secrets.rayAuth): only the head's own environment carries it,
 # so a hook pod reaches Ray only with the token the chart wires into it (the pod runner passes no other env).
 (umask 077 && "$root/.venv/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$RAY_AUTH_TOKEN_FILE")
