@@ -99,6 +99,30 @@ build_registry() {
   stamp go-registry "$dir/go.mod" "$dir/go.sum"
 }
 
+# uv installs every Python environment here from one shared cache (~/.cache/uv), hard-linking files into
+# each venv: .venv and the contract venv share one torch+CUDA copy (~4 GiB) on disk, and a second clone
+# of the repo builds its environments in a minute from the cache instead of downloading them again.
+uv_tool() {
+  local req="$root/ci/requirements-uv.txt"
+  if fresh uv "$req" && [[ -x "$tools/uv/bin/uv" ]]; then return; fi
+  log "installing uv (pinned by ci/requirements-uv.txt)"
+  rm -rf "$tools/uv"
+  python3 -m venv "$tools/uv"
+  "$tools/uv/bin/pip" install -q -r "$req"
+  stamp uv "$req"
+}
+# new_venv DIR: a fresh venv on this machine's python3 (never a downloaded interpreter)
+new_venv() {
+  uv_tool
+  rm -rf "$1"
+  UV_PYTHON_DOWNLOADS=never "$tools/uv/bin/uv" venv -q --python "$(command -v python3)" "$1"
+}
+# venv_install DIR ARGS...: uv pip install ARGS into the venv at DIR
+venv_install() {
+  local dir=$1; shift
+  UV_PYTHON_DOWNLOADS=never "$tools/uv/bin/uv" pip install -q --python "$dir/bin/python" "$@"
+}
+
 python_env() {
   local req="$root/ci/requirements.txt" lock="$root/ci/requirements.lock"
   local pyproject="$root/hooks/pyproject.toml" reward="$root/images/reward-service/pyproject.toml"
@@ -106,10 +130,9 @@ python_env() {
     log "python venv up to date"; return
   fi
   log "installing .venv from ci/requirements.txt (pinned by ci/requirements.lock)"
-  [[ -x "$root/.venv/bin/python" ]] || python3 -m venv "$root/.venv"
-  "$root/.venv/bin/pip" install -q --upgrade pip
-  "$root/.venv/bin/pip" install -q -r "$req" -c "$lock"
-  "$root/.venv/bin/pip" install -q --no-deps -e "$root/hooks" -e "$root/images/reward-service"
+  new_venv "$root/.venv"
+  venv_install "$root/.venv" -r "$req" -c "$lock"
+  venv_install "$root/.venv" --no-deps -e "$root/hooks" -e "$root/images/reward-service"
   stamp venv "$req" "$lock" "$pyproject" "$reward"
 }
 
@@ -130,9 +153,8 @@ checkov_env() {
   local req="$root/ci/requirements-checkov.txt" lock="$root/ci/requirements-checkov.lock"
   if fresh checkov "$req" "$lock" && [[ -x "$tools/checkov/bin/checkov" ]]; then log "checkov up to date"; return; fi
   log "creating checkov venv"
-  python3 -m venv "$tools/checkov"
-  "$tools/checkov/bin/pip" install -q --upgrade pip
-  "$tools/checkov/bin/pip" install -q -r "$req" -c "$lock"
+  new_venv "$tools/checkov"
+  venv_install "$tools/checkov" -r "$req" -c "$lock"
   ln -sf ../checkov/bin/checkov "$bin/checkov"
   stamp checkov "$req" "$lock"
 }
@@ -198,10 +220,8 @@ contract_env() {
   local req="$root/ci/miles-contract/requirements.txt" venv="$tools/miles-contract"
   if fresh miles-contract "$req" && [[ -x "$venv/bin/python" ]]; then log "miles contract venv up to date"; return; fi
   log "creating the miles contract venv (miles-rl and its parse-path closure) in $venv"
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q --no-deps -r "$req"
+  new_venv "$venv"
+  venv_install "$venv" --no-deps -r "$req"
   "$venv/bin/python" -c "import miles.utils.arguments" >/dev/null
   stamp miles-contract "$req"
 }
@@ -213,13 +233,14 @@ main() {
       helm) build_helms; install_helm_wrappers ;;
       helmfile) build_helmfile ;;
       registry) build_registry ;;
+      uv) uv_tool ;;
       python) python_env ;;
       checkov) checkov_env ;;
       contract) contract_env ;;
       schemas) kubeconform_schemas ;;
       cluster) build_cluster ;;
       all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; kubeconform_schemas; checkov_env; contract_env; build_cluster ;;
-      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, python, schemas, checkov, contract, cluster, all)" >&2; exit 2 ;;
+      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, uv, python, schemas, checkov, contract, cluster, all)" >&2; exit 2 ;;
     esac
   done
   log "done"
