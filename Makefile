@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 help: ## list targets
 	@grep -E '^[a-z][-a-z]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-tools: ## build every pinned tool into .tools/ and the Python env into .venv/ (idempotent)
+tools: ## build every pinned tool into .tools/, the Python env into .venv/ and the testbed images (idempotent)
 	@ci/install-tools.sh all
 
 generate: tools ## rewrite every generated file: values schema, chart README, helm-unittest snapshots, README scenario table

@@ -159,6 +159,24 @@ checkov_env() {
   stamp checkov "$req" "$lock"
 }
 
+# Debian packages the image builds and the container runtime come from (images are built without a Docker
+# daemon; see ci/images/build.sh). Installed only when one is missing.
+debian_packages() {
+  local wanted=(mmdebstrap buildah containerd runc containernetworking-plugins) missing=() pkg
+  for pkg in "${wanted[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  ((${#missing[@]} == 0)) && return
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${missing[@]}" >/dev/null || { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }
+}
+
+# The product's images (hooks, reward service) built from their own Dockerfiles for the testbed; buildah's
+# layer cache makes an unchanged build take seconds.
+build_images() {
+  debian_packages
+  "$root/ci/images/build.sh"
+}
+
 # --- local testbed (docs/testbed.md): real control plane, kwok, KubeRay, each from its own pinned tools module ------
 # cluster_module MODULE LDFLAGS BIN=PACKAGE... builds the PACKAGEs of ci/tools/MODULE in ONE `go build` (shared
 # compile work) to .tools/bin/BIN; rebuilt only when that module's go.mod/go.sum change or a binary is missing.
@@ -239,8 +257,9 @@ main() {
       contract) contract_env ;;
       schemas) kubeconform_schemas ;;
       cluster) build_cluster ;;
-      all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; kubeconform_schemas; checkov_env; contract_env; build_cluster ;;
-      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, uv, python, schemas, checkov, contract, cluster, all)" >&2; exit 2 ;;
+      images) build_images ;;
+      all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; kubeconform_schemas; checkov_env; contract_env; build_cluster; build_images ;;
+      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, uv, python, schemas, checkov, contract, cluster, images, all)" >&2; exit 2 ;;
     esac
   done
   log "done"
