@@ -3,6 +3,8 @@
 #   python-base    stand-in for python:3.12-slim: mmdebstrap'd Debian bookworm + this machine's CPython 3.12
 #   miles-hooks    images/hooks.Dockerfile, unchanged, on that base (--build-arg PYTHON_IMAGE)
 #   miles-reward   images/reward-service/Dockerfile, unchanged, on that base
+#   pause          the pod sandbox image of the real node's containerd, compiled from the pinned Kubernetes
+#                  module's build/pause and tagged as the kubelet's default (registry.k8s.io/pause:TAG)
 # buildah's storage and the exported OCI archives live in one cache shared by every clone on the machine
 # (MILES_IMAGE_CACHE, default ~/.cache/miles-k8s/images), and buildah reuses a layer whose inputs are
 # unchanged: a second build takes seconds. It writes .tools/images/manifest.json: for each image its
@@ -94,10 +96,10 @@ build() {
   sed 's/^sha256://' "$iid"; rm -f "$iid"
 }
 
-# export NAME ID -> the image's OCI archive, written once per image id. Archives of other ids unused for a
+# export NAME ID [REF] -> the image's OCI archive, written once per image id. Archives of other ids unused for a
 # day go (another clone on the machine may still be using a recent one).
 export_archive() {
-  local name=$1 id=$2 ref="localhost/$1:testbed" archive
+  local name=$1 id=$2 ref=${3:-localhost/$1:testbed} archive
   archive="$cache/archives/$name-${id:0:12}.tar"
   mkdir -p "$cache/archives"
   find "$cache/archives" -name "$name-*.tar" ! -path "$archive" -mmin +1440 -delete
@@ -111,17 +113,36 @@ export_archive() {
   printf '{"image": "%s", "id": "%s", "archive": "%s"}' "$ref" "$id" "$archive"
 }
 
+pause_source() {
+  echo "$(cd "$root/ci/tools/kubernetes" && GOFLAGS=-mod=mod GOTOOLCHAIN=local go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause"
+}
+pause_ref() { echo "registry.k8s.io/pause:$(sed -n 's/^TAG ?= //p' "$(pause_source)/Makefile")"; }
+
+# pause_image -> builds registry.k8s.io/pause:TAG as upstream's build/pause does (static pause.c, FROM scratch,
+# USER 65535) from the pinned k8s.io/kubernetes module, and prints its id
+pause_image() {
+  local src ref ctx iid
+  src=$(pause_source); ref=$(pause_ref)
+  ctx=$(mktemp -d "$cache/pause-XXXXXX"); iid="$ctx/iid"
+  gcc -Os -Wall -Werror -static "-DVERSION=v${ref##*:}-miles-testbed" -o "$ctx/pause" "$src/linux/pause.c"
+  printf 'FROM scratch\nADD pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$ctx/Containerfile"
+  "${buildah[@]}" bud --quiet --layers --isolation chroot --iidfile "$iid" -t "$ref" "$ctx" >/dev/null
+  sed 's/^sha256://' "$iid"; rm -rf "$ctx"
+}
+
 main() {
-  local base hooks reward
+  local base hooks reward pause
   mkdir -p "$cache"
   base=$(python_base)
   hooks=$(build miles-hooks "$root/images/hooks.Dockerfile" "$root" "$base")
   reward=$(build miles-reward "$root/images/reward-service/Dockerfile" "$root/images/reward-service" "$base")
+  pause=$(pause_image)
   mkdir -p "$manifest_dir"
   {
     printf '{"python-base": {"image": "%s", "id": "%s"}' "$base" "$(image_id "$base")"
     printf ',\n "miles-hooks": %s' "$(export_archive miles-hooks "$hooks")"
-    printf ',\n "miles-reward": %s}\n' "$(export_archive miles-reward "$reward")"
+    printf ',\n "miles-reward": %s' "$(export_archive miles-reward "$reward")"
+    printf ',\n "pause": %s}\n' "$(export_archive pause "$pause" "$(pause_ref)")"
   } >"$manifest_dir/manifest.json.part"
   mv "$manifest_dir/manifest.json.part" "$manifest_dir/manifest.json"
   log "images ready: $manifest_dir/manifest.json"

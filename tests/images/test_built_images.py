@@ -52,6 +52,19 @@ def test_config_runs_as_the_unprivileged_user_the_chart_sets(
         assert not CREDENTIAL_ENV.search(item.split("=", 1)[0]), f"{name} image sets {item.split('=', 1)[0]}"
 
 
+def test_pause_image_is_built_like_upstreams(
+    containerd: Containerd, built_images: dict[str, BuiltImage]
+) -> None:
+    """The real node's pod sandbox: a static binary FROM scratch, as build/pause of the pinned Kubernetes."""
+    pause = built_images["pause"]
+    assert pause.ref.startswith("registry.k8s.io/pause:")
+    config = pause.oci_config()["config"]
+    assert (config["User"], config["Entrypoint"]) == ("65535:65535", ["/pause"])
+    assert [path for path, _ in pause.layer_files()] == ["pause"]
+    version = run(containerd, pause, "pause-version", "/pause", "-v")
+    assert version.strip() == f"pause.c v{pause.ref.rsplit(':', 1)[1]}-miles-testbed"
+
+
 def test_hooks_image_runs_read_only_as_10001(
     containerd: Containerd, built_images: dict[str, BuiltImage]
 ) -> None:
