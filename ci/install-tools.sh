@@ -162,7 +162,7 @@ checkov_env() {
 # Debian packages the image builds and the container runtime come from (images are built without a Docker
 # daemon; see ci/images/build.sh). Installed only when one is missing.
 debian_packages() {
-  local wanted=(mmdebstrap buildah containerd runc containernetworking-plugins) missing=() pkg
+  local wanted=(mmdebstrap buildah containerd runc containernetworking-plugins socat conntrack) missing=() pkg
   for pkg in "${wanted[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
   ((${#missing[@]} == 0)) && return
   log "installing Debian packages: ${missing[*]}"
@@ -218,7 +218,8 @@ kube_version_ldflags() {
 build_cluster() {
   cluster_module kubernetes "$(kube_version_ldflags)" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
     kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl \
+    kubelet=k8s.io/kubernetes/cmd/kubelet kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
   cluster_module etcd "" etcd=go.etcd.io/etcd/server/v3
   cluster_module kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
   cluster_module kuberay "" kuberay-operator=github.com/ray-project/kuberay/ray-operator

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates the testbed PKI and kubeconfig under $CLUSTER_DIR (idempotent: kept once created).
-# ca.{crt,key}: cluster CA; apiserver.{crt,key}: serving cert for 127.0.0.1; admin.{crt,key}: client cert in
+# ca.{crt,key}: cluster CA; apiserver.{crt,key}: serving cert for 127.0.0.1 and the real node's host address; admin.{crt,key}: client cert in
 # system:masters (used by the control plane components, kwok, KubeRay, the pod runner and you);
 # sa.{key,pub}: service-account token signing key pair (TokenRequest API).
 set -euo pipefail
@@ -17,13 +17,17 @@ if [[ ! -s ca.crt || ! -s ca.key ]]; then
   openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=miles-testbed-ca" -out ca.crt 2>/dev/null
   rm -f apiserver.crt admin.crt
 fi
+# the real node (node.sh) reaches the API server at $node_host_ip: a cert made before that address was added is remade
+if [[ -s apiserver.crt ]] && ! openssl x509 -in apiserver.crt -noout -ext subjectAltName 2>/dev/null | grep -q "IP Address:$node_host_ip\b"; then
+  rm -f apiserver.crt
+fi
 if [[ ! -s apiserver.crt ]]; then
   ec_key apiserver.key
   cat >apiserver.ext <<EXT
 basicConstraints=CA:FALSE
 keyUsage=digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:$node_host_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 EXT
   openssl req -new -key apiserver.key -subj "/CN=kube-apiserver" -out apiserver.csr 2>/dev/null
   openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \

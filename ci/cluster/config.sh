@@ -74,3 +74,18 @@ FSX_DIR=${FSX_DIR:-/tmp/miles-testbed-fsx}
 FSX_CLAIM=${FSX_CLAIM:-fsx-claim}
 # The chart's storage.mountPath (scenarios: /fsx). The pod runner maps it to $FSX_DIR in every hook process.
 STORAGE_MOUNT_PATH=${STORAGE_MOUNT_PATH:-/fsx}
+
+# The real node (ci/cluster/node.sh): kubelet, kube-proxy and containerd in network namespace $node_netns, joined
+# to the host by a veth pair on a private /30 derived from the port offset (so testbeds side by side differ);
+# its pods get addresses from $node_pod_cidr on a bridge inside that namespace.
+REAL_NODE_NAME=${REAL_NODE_NAME:-real-cpu-0}
+node_slot=$(((off / 100) % 250))
+node_netns="miles-tb-$node_slot"
+node_veth_host="mtb$node_slot-h"
+node_veth_node="mtb$node_slot-n"
+node_host_ip="10.250.$node_slot.1"
+node_ip="10.250.$node_slot.2"
+node_pod_cidr="10.251.$node_slot.0/24"
+REAL_NODE_LABELS=${REAL_NODE_LABELS:-node.kubernetes.io/instance-type=$CPU_INSTANCE_TYPE,miles-testbed/real-node=true}
+# Until the chart's pods run there (the real-node work in progress), only pods that tolerate this taint land on it.
+REAL_NODE_TAINTS=${REAL_NODE_TAINTS:-miles-testbed/real-node=true:NoSchedule}

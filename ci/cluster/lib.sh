@@ -50,6 +50,33 @@ start_proc() {
   echo "$pid $(proc_start_time "$pid")" >"$CLUSTER_DIR/run/$name.pid"
 }
 
+# session_pids SID -> pids of the processes in session SID
+session_pids() { ps -e -o pid=,sid= | awk -v s="$1" '$2 == s {print $1}'; }
+
+# stop_proc NAME... : SIGTERM every process in the sessions of the recorded components at once, wait up to 10 s for
+# all of them, then SIGKILL what is left. Only the sessions we started (pid + start time recorded) are touched.
+stop_proc() {
+  local name pid st sids=() pids i
+  for name in "$@"; do
+    local f="$CLUSTER_DIR/run/$name.pid"
+    [[ -f $f ]] || continue
+    read -r pid st <"$f" || true
+    if [[ -n ${pid:-} ]] && pid_alive "$name"; then sids+=("$pid"); fi
+    rm -f "$f"
+  done
+  ((${#sids[@]})) || return 0
+  all_pids() { local s; for s in "${sids[@]}"; do session_pids "$s"; done; }
+  pids=$(all_pids)
+  # shellcheck disable=SC2086
+  [[ -n $pids ]] && kill -TERM $pids 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    pids=$(all_pids); [[ -z $pids ]] && break; sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  if [[ -n $pids ]]; then log "killing what did not stop in 10 s: $pids"; kill -KILL $pids 2>/dev/null || true; fi
+  log "stopped: $*"
+}
+
 # pid_alive NAME -> true when the recorded process still runs (and is the one we started)
 pid_alive() {
   local f="$CLUSTER_DIR/run/$1.pid" pid st
