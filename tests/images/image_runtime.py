@@ -27,17 +27,13 @@ class BuiltImage:
     def oci_config(self) -> dict[str, Any]:
         """The image's OCI config (User, Entrypoint, Env, ...) read from its archive."""
         with tarfile.open(self.archive) as tar:
-            index = json.load(_member(tar, "index.json"))
-            manifest = json.load(_member(tar, _blob(index["manifests"][0]["digest"])))
-            config: dict[str, Any] = json.load(_member(tar, _blob(manifest["config"]["digest"])))
+            config: dict[str, Any] = json.load(_member(tar, _blob(_manifest(tar)["config"]["digest"])))
             return config
 
     def layer_files(self) -> Iterator[tuple[str, bytes]]:
         """(path, content) of every regular file in every layer, the lower layers first."""
         with tarfile.open(self.archive) as tar:
-            index = json.load(_member(tar, "index.json"))
-            manifest = json.load(_member(tar, _blob(index["manifests"][0]["digest"])))
-            for layer in manifest["layers"]:
+            for layer in _manifest(tar)["layers"]:
                 blob = tar.extractfile(_blob(layer["digest"]))
                 assert blob is not None
                 with tarfile.open(fileobj=blob, mode="r|*") as layer_tar:
@@ -51,6 +47,12 @@ class BuiltImage:
 def _blob(digest: str) -> str:
     algorithm, hexdigest = digest.split(":", 1)
     return f"blobs/{algorithm}/{hexdigest}"
+
+
+def _manifest(tar: tarfile.TarFile) -> Any:
+    """The image manifest of a one-image OCI archive."""
+    index = json.load(_member(tar, "index.json"))
+    return json.load(_member(tar, _blob(index["manifests"][0]["digest"])))
 
 
 def _member(tar: tarfile.TarFile, name: str) -> Any:
