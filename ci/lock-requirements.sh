@@ -14,7 +14,8 @@ python3 -m venv "$scratch/venv"
 "$scratch/venv/bin/pip" install -q -r "$root/ci/requirements.txt"
 {
   echo "# Full resolved set for ci/requirements.txt, used as pip constraints (regenerate: make lock)."
-  "$scratch/venv/bin/pip" freeze --exclude-editable | sort -f
+  # --all: setuptools too (torch imports it; a venv made by uv has none of its own), pip itself not
+  "$scratch/venv/bin/pip" freeze --all --exclude-editable | grep -v '^pip==' | sort -f
 } >"$root/ci/requirements.lock"
 echo "wrote ci/requirements.lock ($(($(wc -l <"$root/ci/requirements.lock") - 1)) packages)"
 
