@@ -243,17 +243,29 @@ def test_ray_ports_stay_inside_the_release(scenario):
     for rc in find(documents, "RayCluster"):
         assert rc["spec"]["headGroupSpec"]["serviceType"] == "ClusterIP"
     (np,) = find(documents, "NetworkPolicy", f"{RELEASE}-ray")
-    peers = np["spec"]["ingress"][0]["from"]
-    assert peers == [
-        {
-            "podSelector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "miles",
-                    "app.kubernetes.io/instance": RELEASE,
-                }
-            }
-        }
+    release = [
+        {"key": "app.kubernetes.io/instance", "operator": "In", "values": [RELEASE]},
+        {"key": "app.kubernetes.io/name", "operator": "In", "values": ["miles"]},
     ]
+    ray_pods = {
+        "matchExpressions": [
+            *release,
+            {
+                "key": "app.kubernetes.io/component",
+                "operator": "In",
+                "values": ["ray-head", "ray-worker", "single-node"],
+            },
+        ]
+    }
+    assert np["spec"]["podSelector"] == ray_pods
+    # every port only from the release's own Ray pods; anything else of the release to named ports only
+    every_port, *named_ports = np["spec"]["ingress"]
+    assert every_port == {"from": [{"podSelector": ray_pods}]}
+    for rule in named_ports:
+        assert rule["ports"], rule
+        for peer in rule["from"]:
+            assert list(peer) == ["podSelector"], peer  # no namespaceSelector, no ipBlock
+            assert peer["podSelector"]["matchExpressions"][:2] == release
 
 
 def test_kube_version_pin_satisfies_chart_yaml():
