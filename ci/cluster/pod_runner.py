@@ -60,6 +60,9 @@ LOG = logging.getLogger("pod-runner")
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 LOG_TAIL_ANNOTATION = "testbed.miles.dev/log-tail"
 LOG_FILE_ANNOTATION = "testbed.miles.dev/log-file"
+# Ray node labels of each local Ray worker, naming the simulated worker pod it stands in for
+NODE_LABEL_NAMESPACE = "testbed.miles.dev/pod-namespace"
+NODE_LABEL_POD = "testbed.miles.dev/pod"
 TAIL_BYTES = 16 * 1024
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 SERVICE_REF = re.compile(
@@ -233,7 +236,9 @@ class RayWorkers:
                 "--disable-usage-stats",
                 f"--address={self.gcs}",
                 "--node-ip-address=127.0.0.1",
-                f"--temp-dir={self.temp_dir}",
+                # a temp dir of its own, as each pod has its own /tmp: raylets started side by side in one
+                # temp dir pick the same socket names, and the second fails with "address already in use"
+                f"--temp-dir={self.temp_dir}/worker-{slot}",
                 f"--node-manager-port={base}",
                 f"--object-manager-port={base + 1}",
                 f"--metrics-export-port={base + 2}",
@@ -243,6 +248,11 @@ class RayWorkers:
                 f"--min-worker-port={base + 10}",
                 f"--max-worker-port={base + 99}",
                 f"--object-store-memory={128 * 1024 * 1024}",
+                # which pod this node stands in for: the e2e tests wait for a namespace's nodes to leave
+                "--labels="
+                + json.dumps(
+                    {NODE_LABEL_NAMESPACE: pod.metadata.namespace, NODE_LABEL_POD: pod.metadata.name}
+                ),
                 *self.start_params(pod),
             ]
             env = dict(
@@ -271,6 +281,11 @@ class RayWorkers:
                 LOG.info("%s: local Ray worker joined; pod Ready", name)
                 return
             time.sleep(0.3)
+        if p.poll() is not None:
+            # `ray start` gave up, but the raylet and agents it spawned may live on in its process group: a
+            # raylet left there stays joined to the head, an extra worker nobody stops
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
         with self.lock:
             entry = self.procs.get(pod.metadata.uid)
             mine = entry is not None and entry[0] is p
@@ -278,11 +293,15 @@ class RayWorkers:
             if mine and p.poll() is not None:
                 del self.procs[pod.metadata.uid]
         if mine and p.poll() is not None and attempts < 4:
-            # like the kubelet restarting a failed container: try again, with a back-off
+            # like the kubelet restarting a failed container: try again, with a back-off; but never for a pod
+            # deleted meanwhile (its DELETED event found nothing to stop, so a restart would run for ever)
             self.attempts[pod.metadata.uid] = attempts
             LOG.warning("%s: local Ray worker exited (%s); restart %d of 3", name, p.returncode, attempts)
             time.sleep(2 * attempts)
-            self.start(pod, runner)
+            if runner.pod_exists(pod):
+                self.start(pod, runner)
+            else:
+                LOG.info("%s: deleted while its local Ray worker was down: not restarted", name)
             return
         LOG.error("%s: local Ray worker did not start (log: %s); the pod stays unready", name, log_path)
 
@@ -294,13 +313,20 @@ class RayWorkers:
         p = entry[0]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        # whatever of its process group outlived `ray start` (or the 15 s) goes too
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
         LOG.info("%s: local Ray worker stopped", name)
+
+    def stop_absent(self, present: set[str]) -> None:
+        """Stop the workers of pods missing from a fresh list (their DELETED event was never seen)."""
+        with self.lock:
+            absent = [uid for uid in self.procs if uid not in present]
+        for uid in absent:
+            self.stop(uid, f"pod {uid} (no longer listed)")
 
     def stop_all(self) -> None:
         with self.lock:
@@ -356,23 +382,63 @@ class Runner:
 
     # ------------------------------------------------------------------ main loop
     def run_forever(self) -> None:
+        """List, reconcile, then watch from the list's resourceVersion; list again when the watch ends.
+
+        A watch started afresh (no resourceVersion) misses every deletion between the old watch's end and the
+        new one's start, and a missed DELETED leaks that pod's processes (a local Ray worker left joined to
+        the shared head is seen by the next release's ``verify``). Like an informer, each list is reconciled
+        against what runs: whatever belongs to a pod that is no longer listed is stopped.
+        """
         (self.s.work_dir / "ready").write_text(now() + "\n")
         LOG.info("watching pods (images matching %r on kwok nodes)", self.s.image_regex.pattern)
         while not self.stopping.is_set():
             w = watch.Watch()
             try:
+                listed = self.core.list_pod_for_all_namespaces(_request_timeout=90)
+                self.reconcile(listed.items)
                 for ev in w.stream(
-                    self.core.list_pod_for_all_namespaces, timeout_seconds=60, _request_timeout=90
+                    self.core.list_pod_for_all_namespaces,
+                    resource_version=listed.metadata.resource_version,
+                    timeout_seconds=60,
+                    _request_timeout=90,
                 ):
                     if self.stopping.is_set():
+                        break
+                    if ev["type"] == "ERROR":
+                        LOG.info("watch expired (%s); listing again", ev["raw_object"].get("message"))
                         break
                     self.on_event(ev["type"], ev["object"])
             except Exception as e:
                 if not self.stopping.is_set():
-                    LOG.warning("watch interrupted (%s); re-listing", e)
+                    LOG.warning("watch interrupted (%s); listing again", e)
                     time.sleep(1)
             finally:
                 w.stop()
+
+    def reconcile(self, pods: list[client.V1Pod]) -> None:
+        """Stop what runs for pods that are gone, then treat every listed pod as a fresh event."""
+        present = {p.metadata.uid for p in pods}
+        with self.lock:
+            gone = [r for uid, r in self.runs.items() if uid not in present]
+        for run in gone:
+            if not run.deleted.is_set():
+                LOG.info("%s/%s no longer listed: stopping its processes", run.namespace, run.name)
+                run.deleted.set()
+                self.kill(run)
+        if self.s.ray_workers is not None:
+            self.s.ray_workers.stop_absent(present)
+        for pod in pods:
+            self.on_event("ADDED", pod)
+
+    def pod_exists(self, pod: client.V1Pod) -> bool:
+        """The pod, this very one (same UID), is still there and not being deleted."""
+        try:
+            live = self.core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return bool(live.metadata.uid == pod.metadata.uid and live.metadata.deletion_timestamp is None)
 
     def on_event(self, kind: str, pod: client.V1Pod) -> None:
         uid = pod.metadata.uid

@@ -48,6 +48,9 @@ def testbed() -> Iterator[Path]:
 
 @pytest.fixture
 def namespace(testbed: Path) -> Iterator[str]:
+    # Every release of the e2e tests shares the one local Ray head: a worker still joined from an earlier
+    # test would be counted by this test's `verify` (on a real cluster each release has its own head).
+    tb.wait_for_no_ray_workers(None, 120)
     ns = f"e2e-{uuid.uuid4().hex[:8]}"
     tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), ns, "fsx-claim"])
     tb.kubectl(
@@ -62,8 +65,9 @@ def namespace(testbed: Path) -> Iterator[str]:
             tb.run([str(tb.TOOLS_BIN / "helm"), "uninstall", rel["name"], "-n", ns, "--wait"], check=False)
             for job in tb.release_jobs(rel["name"], ns):
                 tb.stop_job(job["submission_id"])
-        tb.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=60s", check=False, timeout=90)
+        tb.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=180s", check=False, timeout=210)
         tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), "--delete", ns, "fsx-claim"], check=False)
+        tb.wait_for_no_ray_workers(ns, 120)
 
 
 @pytest.fixture

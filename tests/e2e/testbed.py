@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci" / "cluster"))
+import pod_runner  # the testbed's pod runner: its path mapping and node labels
+
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO / ".tools" / "bin"
 CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR") or REPO / ".tools" / "cluster")
@@ -186,6 +189,17 @@ def ray_nodes() -> list[dict[str, Any]]:
         return list(json.loads(r.read())["data"]["result"]["result"])
 
 
+def alive_ray_workers(namespace: str | None = None) -> list[str]:
+    """The alive local Ray workers (of ``namespace``'s pods, or of any), as "namespace/pod" names."""
+    found = []
+    for node in ray_nodes():
+        labels = node.get("labels") or {}
+        pod_ns = labels.get(pod_runner.NODE_LABEL_NAMESPACE)
+        if node.get("state") == "ALIVE" and pod_ns and (namespace is None or pod_ns == namespace):
+            found.append(f"{pod_ns}/{labels.get(pod_runner.NODE_LABEL_POD)}")
+    return found
+
+
 def release_jobs(release: str, namespace: str) -> list[dict[str, Any]]:
     return [
         j
@@ -203,6 +217,18 @@ def stop_job(submission_id: str) -> None:
         pass
 
 
+def wait_for_no_ray_workers(namespace: str | None, timeout: float) -> None:
+    """Wait until no local Ray worker (of ``namespace``'s pods, or of any) is alive; else fail naming them."""
+    deadline = time.monotonic() + timeout
+    while left := alive_ray_workers(namespace):
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"local Ray workers still alive {timeout:.0f}s after their pods should have gone: {left} "
+                f"(the pod runner's log: {CLUSTER_DIR / 'logs' / 'pod-runner.log'})"
+            )
+        time.sleep(0.5)
+
+
 def wait_until(what: str, fn: Any, timeout: float = 60, interval: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -217,9 +243,6 @@ def wait_until(what: str, fn: Any, timeout: float = 60, interval: float = 0.5) -
 def as_seen_by_hooks(spec_text: str) -> dict[str, Any]:
     """The run spec as a hook process on the testbed reads it: the pod runner maps the storage mount to
     $FSX_DIR and the RayCluster head Service to the local Ray head (same functions as the runner)."""
-    sys.path.insert(0, str(REPO / "ci" / "cluster"))
-    import pod_runner
-
     mount = json.loads(spec_text)["storage"]["mountPath"]
     text = pod_runner.Runner.map_paths(spec_text, [(mount.rstrip("/"), str(FSX_DIR))])
     dashboard = RAY_DASHBOARD.removeprefix("http://")
