@@ -164,8 +164,10 @@ def spec_fullname(ns: str, release: str) -> str:
     return str(names[0][: -len("-run")])
 
 
-@pytest.mark.parametrize("helm_version", ["helm4", "helm3"])
-def test_disaggregated_install(helm_version: str, namespace: str, inputs_ready: Callable[..., Any]) -> None:
+def test_disaggregated_install(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    """Under Helm 3 only: it differs from the colocated lifecycle (run under both) in what is rendered, and
+    both Helms render the same objects (tests/chart); Helm 4 installs two workers in the MoE scenario."""
+    helm_version = "helm3"
     rel = "miles-dis"
     inputs_ready(DISAGGREGATED, rel, namespace)
     tb.deploy(helm_version, "install", rel, namespace, DISAGGREGATED)
