@@ -115,3 +115,50 @@ def test_the_kubelet_refuses_a_security_context_that_breaks_non_root(real_node: 
 
     message = tb.wait_until("the kubelet to refuse the container", refused, 120)
     assert "non-root" in message
+
+
+RESOLVE = """
+import json, socket, sys
+def address(name):
+    try:
+        return socket.gethostbyname(name)
+    except OSError as e:
+        return "unresolved: " + type(e).__name__
+print(json.dumps({name: address(name) for name in sys.argv[1:]}))
+"""
+
+
+def test_the_charts_hook_pod_resolves_service_names_through_the_cluster_dns(
+    real_node: str, namespace: str
+) -> None:
+    """The hooks reach the Ray head by its Service name (`<cluster>-head-svc.<namespace>.svc`): on the real
+    node that name goes through the kubelet's clusterDNS, the kube-dns Service, to CoreDNS. A name outside
+    the cluster is not resolved: nothing is forwarded off the machine."""
+    docs = rendered(namespace)
+    apply(namespace, *(d for d in docs if d["kind"] in ("ConfigMap", "ServiceAccount")))
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "dns-probe"},
+        "spec": {"selector": {"app": "dns-probe"}, "ports": [{"port": 8265}]},
+    }
+    apply(namespace, probe)
+    probe_ip = tb.kget("service", namespace, "dns-probe")["spec"]["clusterIP"]
+    api_ip = tb.kget("service", "default", "kubernetes")["spec"]["clusterIP"]
+    full = f"dns-probe.{namespace}.svc"
+    names = ["dns-probe", full, "kubernetes.default.svc.cluster.local", "example.com."]
+    pod = hook_pod(docs, "hook-wait-ready", "real-dns")
+    pod["spec"]["containers"][0]["command"] = ["python3", "-c", RESOLVE, *names]
+    apply(namespace, pod)
+    tb.wait_until(
+        "the resolving pod to finish",
+        lambda: pod_phase(namespace, "real-dns") in ("Succeeded", "Failed"),
+        120,
+    )
+    log = tb.kubectl("logs", "-n", namespace, "real-dns").out
+    assert pod_phase(namespace, "real-dns") == "Succeeded", log
+    resolved = json.loads(log.strip().splitlines()[-1])
+    assert resolved["dns-probe"] == probe_ip, resolved
+    assert resolved[full] == probe_ip, resolved
+    assert resolved["kubernetes.default.svc.cluster.local"] == api_ip, resolved
+    assert resolved["example.com."].startswith("unresolved: "), resolved
