@@ -223,7 +223,6 @@ build_cluster() {
   cluster_module etcd "" etcd=go.etcd.io/etcd/server/v3
   cluster_module kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
   cluster_module kuberay "" kuberay-operator=github.com/ray-project/kuberay/ray-operator
-  cluster_module coredns "" coredns=github.com/coredns/coredns
   # CRDs from the same pinned modules: KubeRay's, and kwok's Logs (so `kubectl logs` reaches runner pods).
   local src
   mkdir -p "$tools/kuberay/crds" "$tools/kwok/crds"

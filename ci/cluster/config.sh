@@ -86,8 +86,6 @@ node_veth_node="mtb$node_slot-n"
 node_host_ip="10.250.$node_slot.1"
 node_ip="10.250.$node_slot.2"
 node_pod_cidr="10.251.$node_slot.0/24"
-# the kube-dns Service's address (kubelet clusterDNS), a static one of the Service range (10.96.0.0/16)
-CLUSTER_DNS_IP=10.96.0.10
 REAL_NODE_LABELS=${REAL_NODE_LABELS:-node.kubernetes.io/instance-type=$CPU_INSTANCE_TYPE,miles-testbed/real-node=true}
 # Until the chart's pods run there (the real-node work in progress), only pods that tolerate this taint land on it.
 REAL_NODE_TAINTS=${REAL_NODE_TAINTS:-miles-testbed/real-node=true:NoSchedule}

@@ -21,7 +21,7 @@ ctr=(ctr --address "$node_dir/containerd/containerd.sock" --namespace k8s.io)
 in_netns=(nsenter "--net=/var/run/netns/$node_netns")
 
 node_up() {
-  need_bins kubelet kube-proxy kubectl coredns
+  need_bins kubelet kube-proxy kubectl
   [[ -f $manifest ]] || die "$manifest missing: run \`ci/install-tools.sh images\` (or make tools)"
   command -v socat >/dev/null || die "socat not found: \`apt-get install socat\` (make tools installs it)"
   "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || die "the testbed is not up: run ci/cluster/up.sh first"
@@ -57,48 +57,6 @@ metadata:
 addressType: IPv4
 endpoints: [{addresses: ["$node_host_ip"]}]
 ports: [{name: https, port: 6443, protocol: TCP}]
-EOF
-
-  # --- cluster DNS: CoreDNS (the pinned module) behind the kube-dns Service the kubelet names (clusterDNS) ----
-  # It serves cluster.local and the reverse zones from the API (the kubernetes plugin) and nothing else: a
-  # name outside the cluster is refused, not forwarded, so no query leaves this machine. It listens on the
-  # veth's host address, which only the node's namespace reaches; kube-proxy sends $CLUSTER_DNS_IP:53 there.
-  mkdir -p "$node_dir/coredns"
-  cat >"$node_dir/coredns/Corefile" <<EOF
-cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
-    bind $node_host_ip
-    errors
-    ready $node_host_ip:8181
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig $kc
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-    }
-    cache 30
-}
-EOF
-  start_proc coredns "$bin/coredns" -conf "$node_dir/coredns/Corefile"
-  wait_for "CoreDNS serving the cluster zone" 60 curl -fsS "http://$node_host_ip:8181/ready"
-  "$bin/kubectl" --kubeconfig "$kc" apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Service
-metadata:
-  name: kube-dns
-  namespace: kube-system
-  labels: {k8s-app: kube-dns, kubernetes.io/name: CoreDNS, app.kubernetes.io/managed-by: miles-testbed}
-spec:
-  clusterIP: $CLUSTER_DNS_IP
-  ports: [{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: kube-dns-testbed
-  namespace: kube-system
-  labels: {kubernetes.io/service-name: kube-dns, endpointslice.kubernetes.io/managed-by: miles-testbed}
-addressType: IPv4
-endpoints: [{addresses: ["$node_host_ip"]}]
-ports: [{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]
 EOF
 
   # --- containerd + CNI ------------------------------------------------------------------------------------
@@ -157,7 +115,7 @@ failCgroupV1: false
 failSwapOn: false
 cgroupsPerQOS: false
 enforceNodeAllocatable: []
-clusterDNS: [$CLUSTER_DNS_IP]
+clusterDNS: [10.96.0.10]
 clusterDomain: cluster.local
 registerNode: true
 serializeImagePulls: false
@@ -199,8 +157,7 @@ node_down() {
     local task
     for task in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks kill -s SIGKILL "$task" >/dev/null 2>&1 || true; done
   fi
-  for name in containerd coredns apiserver-forward; do stop_proc "$name"; done
-  "$bin/kubectl" --kubeconfig "$kc" -n kube-system delete service kube-dns --ignore-not-found >/dev/null 2>&1 || true
+  for name in containerd apiserver-forward; do stop_proc "$name"; done
   # the runtime shims outlive containerd by design: stop those of this node's containerd
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $node_dir/containerd/containerd.sock" 2>/dev/null || true
   # mounts the kubelet and containerd leave (volumes, snapshots, sandbox namespaces), deepest first
