@@ -11,6 +11,7 @@ so that terminating that one process stops exactly the processes it started (no 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +51,19 @@ def _port_args() -> list[str]:
     ]
 
 
+# How long one Ray node may take to come up, all attempts together: generous, as it only bounds a failure
+# (a quiet machine needs about 10 s, one kept busy by other work a few minutes).
+NODE_START_SECONDS = 300.0
+# `ray start` gives its raylet a fixed 30 s to register with the GCS (ray/_private/node.py) and exits 1
+# past that: on a busy machine it can, so a node that gave up is started again, as a kubelet would.
+NODE_START_ATTEMPTS = 4
+
+
 class LocalRay:
     def __init__(self) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="mrt-", dir="/tmp"))
-        self.gcs_port = free_port()
-        self.dashboard_port = free_port()
-        self.address = f"127.0.0.1:{self.gcs_port}"
-        self.dashboard_url = f"http://127.0.0.1:{self.dashboard_port}"
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._pick_head_ports()
         self.env = dict(
             os.environ,
             RAY_USAGE_STATS_ENABLED="0",
@@ -65,65 +72,95 @@ class LocalRay:
             **AUTH_ENV,
         )
 
-    def _start(self, args: list[str], name: str) -> None:
-        out = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [str(BIN / "ray"), "start", "--block", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            start_new_session=True,
-        )
-        self.procs.append(proc)
+    def _pick_head_ports(self) -> None:
+        self.gcs_port = free_port()
+        self.dashboard_port = free_port()
+        self.address = f"127.0.0.1:{self.gcs_port}"
+        self.dashboard_url = f"http://127.0.0.1:{self.dashboard_port}"
 
     def start(self) -> None:
-        self._start(
-            [
-                "--head",
-                "--node-ip-address=127.0.0.1",
-                f"--port={self.gcs_port}",
-                "--num-cpus=0",
-                "--num-gpus=0",
-                "--include-dashboard=true",
-                "--dashboard-host=127.0.0.1",
-                f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={free_port()}",
-                f"--temp-dir={self.tmp}/ray",
-                "--disable-usage-stats",
-                *_port_args(),
-            ],
-            "head",
-        )
-        self._wait_dashboard(120)
-        self._start(
-            [
-                f"--address={self.address}",
-                "--node-ip-address=127.0.0.1",
-                "--num-cpus=2",
-                "--num-gpus=1",
-                '--resources={"gpu_node": 1}',
-                "--disable-usage-stats",
-                *_port_args(),
-            ],
-            "worker",
-        )
-        self._wait_nodes(2, 120)
+        self._start_node("head", self._head_args, self._dashboard_answers, retry=self._pick_head_ports)
+        self._start_node("worker", self._worker_args, lambda: True)
+        self._wait_alive_nodes(2)
 
-    def _wait_dashboard(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(self.dashboard_url + "/api/gcs_healthz", timeout=2) as r:
-                    if r.read().decode().strip() == "success":
-                        return
-            except OSError:
-                pass
-            self._check_alive()
-            time.sleep(0.5)
-        raise RuntimeError(f"local Ray head did not come up; see {self.tmp}/head.log")
+    def _head_args(self, attempt: int) -> list[str]:
+        return [
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={self.gcs_port}",
+            "--num-cpus=0",
+            "--num-gpus=0",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--ray-client-server-port={free_port()}",
+            f"--temp-dir={self.tmp}/head-{attempt}",
+            "--disable-usage-stats",
+            *_port_args(),
+        ]
 
-    def _wait_nodes(self, count: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    def _worker_args(self, attempt: int) -> list[str]:
+        # no temp dir of its own: the worker takes the head's, where the head reads the job logs
+        return [
+            f"--address={self.address}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=2",
+            "--num-gpus=1",
+            '--resources={"gpu_node": 1}',
+            "--disable-usage-stats",
+            *_port_args(),
+        ]
+
+    def _start_node(
+        self,
+        name: str,
+        args: Callable[[int], list[str]],
+        serving: Callable[[], bool],
+        retry: Callable[[], None] | None = None,
+    ) -> None:
+        """Runs `ray start --block` for one node until it reports the node started and ``serving()``
+        holds; a start that gave up is killed with all it spawned and tried again."""
+        deadline = time.monotonic() + NODE_START_SECONDS
+        for attempt in range(1, NODE_START_ATTEMPTS + 1):
+            log = self.tmp / f"{name}-{attempt}.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [str(BIN / "ray"), "start", "--block", *args(attempt)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    start_new_session=True,
+                )
+            self.procs.append(proc)
+            while proc.poll() is None and time.monotonic() < deadline:
+                if b"Ray runtime started" in log.read_bytes() and serving():
+                    return
+                time.sleep(0.5)
+            tail = log.read_bytes().decode(errors="replace").strip().splitlines()[-8:]
+            _kill_group(proc)
+            self.procs.remove(proc)
+            if time.monotonic() >= deadline:
+                break
+            print(f"ray start ({name}) exited with {proc.returncode}, attempt {attempt}: " + " | ".join(tail))
+            if retry is not None:
+                retry()
+        raise RuntimeError(
+            f"local Ray {name} did not start in {NODE_START_SECONDS:g}s ({attempt} attempt(s)); "
+            "last lines of its `ray start`:\n" + "\n".join(tail)
+        )
+
+    def _dashboard_answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.dashboard_url + "/api/gcs_healthz", timeout=2) as r:
+                return bool(r.read().decode().strip() == "success")
+        except OSError:
+            return False
+
+    def _wait_alive_nodes(self, count: int) -> None:
+        """Until the GCS counts exactly ``count`` alive nodes: a raylet of a start that gave up may
+        have registered, and stays listed alive until the GCS's health check finds it gone."""
+        deadline = time.monotonic() + NODE_START_SECONDS
+        alive: list[Any] = []
         while time.monotonic() < deadline:
             try:
                 req = urllib.request.Request(
@@ -134,29 +171,31 @@ class LocalRay:
                     data = json.loads(r.read())
                 summary = data.get("data", {}).get("summary", [])
                 alive = [n for n in summary if n.get("raylet", {}).get("state") == "ALIVE"]
-                if len(alive) >= count:
+                if len(alive) == count:
                     return
             except (OSError, ValueError):
                 pass
-            self._check_alive()
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"ray start exited with {proc.returncode}; see logs in {self.tmp}")
             time.sleep(0.5)
-        raise RuntimeError(f"local Ray worker did not join; see {self.tmp}/worker.log")
-
-    def _check_alive(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is not None:
-                raise RuntimeError(f"ray start exited with {proc.returncode}; see logs in {self.tmp}")
+        raise RuntimeError(f"expected {count} alive Ray nodes, found {len(alive)}; see logs in {self.tmp}")
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+            _kill_group(proc)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kills what `ray start` spawned in its session (raylet, GCS, agents), whether or not it still runs."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 FAKE_TRAIN = """\

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 HOST = "127.0.0.1"
-STARTUP_SECONDS = 90.0
+# How long a service process may take to become ready, or to give up: it imports torch and
+# transformers (seconds on a quiet machine, minutes on one kept busy). A bound for a hang, never a
+# measurement.
+STARTUP_SECONDS = 600.0
 # Deadline of every wait for an observed state: generous, since a wait ends as soon as it is seen.
 WAIT_SECONDS = 60.0
 GATE_SITE = Path(__file__).resolve().parent / "gate_site"

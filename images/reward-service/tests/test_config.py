@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from reward_http import STARTUP_SECONDS
 
 from miles_reward import config
 from miles_reward.config import ConfigError
@@ -89,7 +90,7 @@ def test_process_refuses_to_start_on_bad_config() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=STARTUP_SECONDS,
         check=False,
     )
     assert done.returncode == 2

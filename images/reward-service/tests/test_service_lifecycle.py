@@ -11,7 +11,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from reward_http import HANGING_RESPONSE, HOST, Gate, ServiceFactory, free_port, sample, wait_until
+from reward_http import (
+    HANGING_RESPONSE,
+    HOST,
+    STARTUP_SECONDS,
+    Gate,
+    ServiceFactory,
+    free_port,
+    sample,
+    wait_until,
+)
 
 
 def children(pid: int) -> list[int]:
@@ -128,7 +137,7 @@ def test_backend_that_cannot_load_stops_startup(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=STARTUP_SECONDS,  # it loads the backend in three workers before it gives up
         check=False,
     )
     assert done.returncode == 3, done.stderr
