@@ -11,12 +11,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted(REPO.glob("images/**/*Dockerfile"))
+# every hashed lock the image builds install, with the requirements it resolves: the lock beside its
+# requirements file, except the hooks image's, which resolves hooks/requirements.txt
 LOCKS = {
-    REPO / "images" / "hooks-requirements.lock": REPO / "hooks" / "requirements.txt",
-    REPO / "images" / "reward-service" / "requirements.lock": REPO
-    / "images"
-    / "reward-service"
-    / "requirements.txt",
+    lock: REPO / "hooks" / "requirements.txt"
+    if lock.name == "hooks-requirements.lock"
+    else lock.with_suffix(".txt")
+    for lock in sorted(REPO.glob("images/**/*.lock"))
 }
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$|@\$\{MILES_DIGEST\}$")
 
