@@ -59,7 +59,14 @@ def test_every_install_is_hash_checked_and_every_download_checksummed(dockerfile
     for install in re.findall(r"pip install[^&;]*", text):
         assert "--require-hashes" in install or "--no-index" in install, f"{dockerfile.name}: {install!r}"
     for url in re.findall(r"curl [^;&]*?(https?://\S+)", text):
-        assert "sha256sum -c" in text.split(url, 1)[1].split("tar ")[0], f"{dockerfile.name}: {url} unchecked"
+        before_use = text.split(url, 1)[1].split("tar ")[0]
+        assert "sha256sum -c" in before_use, f"{dockerfile.name}: {url} unchecked"
+        # the checksum is required, not checked only when given: an empty one stops the build
+        for var in re.findall(r'echo "\$\{(\w+)\}\s+\S+"\s*\|\s*sha256sum -c', before_use):
+            assert f'if [ -n "${{{var}}}" ]' not in before_use, f"{dockerfile.name}: {var} is optional"
+            assert re.search(rf'if \[ -z "\$\{{{var}\}}" \]; then.*?exit 1', before_use, re.S), (
+                f"{dockerfile.name}: an empty {var} does not stop the build"
+            )
 
 
 @pytest.mark.parametrize("lock", list(LOCKS), ids=lambda p: str(p.relative_to(REPO)))
