@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from reward_http import Gate, Service, ServiceFactory, start_service
+from reward_http import MATH_SERVICE_TIMEOUT_SECONDS, Gate, Service, ServiceFactory, start_service
 
 
 @pytest.fixture
@@ -33,14 +33,14 @@ def gate(tmp_path: Path) -> Gate:
 
 @pytest.fixture(scope="module")
 def math_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """Two workers, a 2 s timeout: shared by the tests that leave it as they found it."""
+    """Two workers: shared by the tests that leave it as they found it."""
     log = tmp_path_factory.mktemp("math") / "service.log"
     svc = start_service(
         {
             "REWARD_BACKEND": "math_verify",
             "REWARD_WORKERS": "2",
             "REWARD_MAX_INFLIGHT": "256",
-            "REWARD_TIMEOUT_SECONDS": "2",
+            "REWARD_TIMEOUT_SECONDS": str(MATH_SERVICE_TIMEOUT_SECONDS),
         },
         log,
     )

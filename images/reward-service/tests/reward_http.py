@@ -25,6 +25,10 @@ HOST = "127.0.0.1"
 STARTUP_SECONDS = 600.0
 # Deadline of every wait for an observed state: generous, since a wait ends as soon as it is seen.
 WAIT_SECONDS = 60.0
+# REWARD_TIMEOUT_SECONDS of the shared math_service. A plain check must finish well inside it on a
+# machine kept busy (a check that runs past it is a timeout, not a score), and the tests that hang a
+# check wait for it, so their measured bounds are this plus a fixed margin.
+MATH_SERVICE_TIMEOUT_SECONDS = 4.0
 GATE_SITE = Path(__file__).resolve().parent / "gate_site"
 
 

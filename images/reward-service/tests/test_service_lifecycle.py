@@ -195,19 +195,23 @@ def test_sigterm_finishes_in_flight_work_and_refuses_new(
     assert not worker_pids(svc.proc.pid)
 
 
+DRAIN_WINDOW_SECONDS = 4.0
+
+
 def test_sigterm_answers_work_still_queued_after_the_drain_window_with_503(
     service_factory: ServiceFactory, gate: Gate
 ) -> None:
-    """One worker, REWARD_TIMEOUT_SECONDS=1 (so the drain window is 1 s). Three samples are scored,
-    then every other sample holds its check until the test releases them all, after the drain
-    window: the one held when SIGTERM came runs past its timeout, and every sample not yet with a
-    worker when the window closed is answered 503 shutting_down."""
+    """One worker, REWARD_TIMEOUT_SECONDS=4, so the drain window is 4 s (room for the three plain
+    checks on a machine kept busy). Three samples are scored, then every other sample holds its
+    check until the test releases them all, after the drain window: the one held when SIGTERM came
+    runs past its timeout, and every sample not yet with a worker when the window closed is
+    answered 503 shutting_down."""
     svc = service_factory(
         {
             **gate.env(),
             "REWARD_WORKERS": "1",
             "REWARD_MAX_INFLIGHT": "1000",
-            "REWARD_TIMEOUT_SECONDS": "1",
+            "REWARD_TIMEOUT_SECONDS": str(DRAIN_WINDOW_SECONDS),
         }
     )
     scored_first = [sample(f"$\\boxed{{{i}}}$", str(i)) for i in range(3)]
@@ -226,12 +230,12 @@ def test_sigterm_answers_work_still_queued_after_the_drain_window_with_503(
     assert body["error"] == "timeout"  # the batch names its first failure
     results = body["results"]
     assert results[:3] == [1.0] * 3
-    assert results[3]["error"] == "timeout"  # held since before SIGTERM, past its 1 s
+    assert results[3]["error"] == "timeout"  # held since before SIGTERM, past its timeout
     later = results[4:]
     assert all(r == 1.0 or r["error"] == "shutting_down" for r in later), later
     # at most the samples a worker held in its pipe when the window closed are scored after it
     assert sum(isinstance(r, dict) for r in later) >= len(later) - 4, later
-    assert 1.0 <= answered_after < 4.0, answered_after
+    assert DRAIN_WINDOW_SECONDS <= answered_after < DRAIN_WINDOW_SECONDS + 3.0, answered_after
     assert svc.proc.wait(10) in (0, -signal.SIGTERM)
 
 
@@ -239,18 +243,28 @@ def test_sample_prefetched_behind_a_hang_is_rescored_elsewhere(
     service_factory: ServiceFactory, gate: Gate
 ) -> None:
     """While work is queued each worker holds one more sample in its pipe; when the current check
-    hangs, that sample is handed to another worker instead of waiting for the timeout."""
-    svc = service_factory({**gate.env(), "REWARD_WORKERS": "2", "REWARD_TIMEOUT_SECONDS": "12"})
-    items = [sample(f"$\\boxed{{{i}}}$", str(i)) for i in range(20)]
+    hangs, that sample is handed to another worker instead of waiting for the timeout.
+
+    The hang lasts until the test releases it, after the batch: a sample left behind it could only
+    be answered once the watchdog killed the hung worker at the timeout (30 s here), so no worker
+    may have been killed. The batch is four checks (one prefetched behind the hang, three for the
+    other worker), few enough to be scored well inside 2.5 s on a machine kept busy."""
+    timeout = 30.0
+    svc = service_factory(
+        {**gate.env(), "REWARD_WORKERS": "2", "REWARD_TIMEOUT_SECONDS": str(timeout)}
+    )
+    items = [sample(f"$\\boxed{{{i}}}$", str(i)) for i in range(4)]
     with ThreadPoolExecutor(max_workers=2) as ex:
-        hanging = ex.submit(svc.post, "/score", gate.sample("hang", "$\\boxed{3}$", "3"), 60.0)
+        hanging = ex.submit(svc.post, "/score", gate.sample("hang", "$\\boxed{3}$", "3"), 90.0)
         gate.wait_entered("hang")
         t0 = time.monotonic()
-        reply = svc.post("/score/batch", items)
+        reply = svc.post("/score/batch", items, 90.0)
         took = time.monotonic() - t0
+        killed = svc.metric("reward_worker_restarts_total", {"reason": "timeout"})
         assert not hanging.done()
         gate.release("hang")
         assert (hanging.result().status, hanging.result().body) == (200, b"1.0")
     assert reply.status == 200, reply.body[:300]
-    assert reply.json() == [1.0] * 20
+    assert reply.json() == [1.0] * 4
+    assert killed == 0, f"a sample waited behind the hang until it was killed ({took:.2f}s)"
     assert took < 2.5, f"a sample waited behind the hanging check: {took:.2f}s"
