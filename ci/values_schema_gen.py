@@ -423,7 +423,9 @@ def node(path, v):
         return {"$ref": "#/definitions/tolerations"}
     if last in ("nodeSelector", "labels", "podLabels"):
         return {"$ref": "#/definitions/labels"}
-    if last in ("annotations", "preflightAnnotations", "readerAnnotations") and path.startswith("hooks."):
+    if last == "hookAnnotations" or (
+        last in ("annotations", "preflightAnnotations", "readerAnnotations") and path.startswith("hooks.")
+    ):
         return {"$ref": "#/definitions/hookAnnotations"}
     if last in ("annotations", "podAnnotations", "runSpecAnnotations"):
         return {

@@ -21,7 +21,10 @@ BEFORE_PREFLIGHT = {
     ("RoleBinding", f"{RELEASE}-hooks"),
     ("RoleBinding", f"{RELEASE}-hooks-preflight"),
     ("Job", f"{RELEASE}-preflight"),
+    ("NetworkPolicy", f"{RELEASE}-egress-hooks"),
 }
+# values that add objects no shipped scenario renders
+OPTIONAL_OBJECTS = {"egress policy": ("--set", "networkPolicy.egress.enabled=true")}
 HOOKS_CLUSTER_RBAC = ("ClusterRole", "ClusterRoleBinding")  # the node reader, created before preflight
 
 
@@ -34,9 +37,14 @@ def dry_run_objects(rendered: list[dict]) -> list[dict]:
     return [d for d in yaml.safe_load_all(hook_copy["data"]["manifests.yaml"]) if d]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_the_dry_run_covers_every_object_created_after_preflight(scenario: str) -> None:
-    rendered = docs(render("helm4", scenario))
+@pytest.mark.parametrize(
+    ("scenario", "extra"),
+    [(s, ()) for s in SCENARIOS] + [("colocated", e) for e in OPTIONAL_OBJECTS.values()],
+)
+def test_the_dry_run_covers_every_object_created_after_preflight(
+    scenario: str, extra: tuple[str, ...]
+) -> None:
+    rendered = docs(render("helm4", scenario, extra))
     expected = {
         key(d): d
         for d in rendered

@@ -99,3 +99,16 @@ def test_after_the_first_sync_the_cpu_check_takes_the_converters_place(render: R
     (check,) = (job for job in jobs if component(job) == "convert-check")
     resources = check["spec"]["template"]["spec"]["containers"][0].get("resources", {})
     assert "nvidia.com/gpu" not in resources.get("limits", {}), "the check must not wait for GPUs"
+
+
+def test_the_egress_rule_covers_the_pre_sync_jobs(render: Render, tmp_path: Any) -> None:
+    egress_on = tmp_path / "egress.yaml"
+    egress_on.write_text("networkPolicy:\n  egress:\n    enabled: true\n")
+    objects = render("values/values-moe.yaml", OVERLAY, str(egress_on))
+    for obj in objects:
+        leftover = [key for key in annotations(obj) if key.startswith("helm.sh/hook")]
+        assert not leftover, f"{obj['kind']}/{obj['metadata']['name']} keeps {leftover}"
+    (copy,) = (o for o in objects if o["metadata"]["name"].endswith("-egress-hooks"))
+    first_job = min(sync_position(o) for o in objects if o["kind"] == "Job")
+    assert sync_position(copy) < first_job
+    assert "HookSucceeded" not in annotations(copy).get("argocd.argoproj.io/hook-delete-policy", "")

@@ -217,8 +217,8 @@ miles.apiDryRun: "true" when preflight sends the release's objects to the API se
 {{/*
 miles.dryRunManifests: the release's objects that exist only after preflight, as one multi-document
 YAML (the hook copy of the run spec carries it to preflight). Left out: the run spec ConfigMaps (they
-carry this), the hooks' own RBAC and ServiceAccount and the preflight Job (created before preflight
-runs), the helm test pod.
+carry this), the hooks' own RBAC and ServiceAccount, the egress policy's hook copy and the preflight Job
+(created before preflight runs), the helm test pod.
 tests/chart checks that every template file is either listed here or named as left out.
 */}}
 {{- define "miles.dryRunTemplates" -}}
@@ -229,6 +229,7 @@ tests/chart checks that every template file is either listed here or named as le
   "storage/persistentvolumeclaim.yaml"
   "plugins/configmap.yaml"
   "networkpolicy/networkpolicy.yaml"
+  "networkpolicy/egress.yaml"
   "raycluster/raycluster.yaml"
   "single-node/job.yaml"
   "reward/deployment.yaml"
