@@ -80,9 +80,26 @@ def test_secret_values_are_refused_in_runtime_env() -> None:
 
 
 def test_secret_like_names_are_whole_words() -> None:
-    ok = {"TOKENIZERS_PARALLELISM": "false", "NCCL_SOCKET_IFNAME": "^lo", "KEYRING": "x"}
+    ok = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "NCCL_SOCKET_IFNAME": "^lo",
+        "KEYRING": "x",
+        "RAY_AUTH_MODE": "token",
+        "SORT_KEY_ORDER": "asc",
+    }
     assert problems_for(lambda r: r["runtimeEnv"]["envVars"].update(ok)) == []
-    for name in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MY_API_KEY", "GOOGLE_CREDENTIALS"):
+    for name in (
+        "HF_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "MY_API_KEY",
+        "GOOGLE_CREDENTIALS",
+        "OPENAI_APIKEY",
+        "OPENAI_KEY",
+        "GITHUB_PAT",
+        "GPG_PASSPHRASE",
+        "PROXY_AUTH",
+    ):
         found = problems_for(lambda r, n=name: r["runtimeEnv"]["envVars"].update({n: "v"}))
         assert found and found[0].startswith(f"runtimeEnv.envVars.{name}:"), name
 

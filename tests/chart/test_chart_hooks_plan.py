@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -31,3 +32,14 @@ def test_miles_hooks_plan_accepts_the_rendered_spec(scenario, tmp_path):
     assert plan["topology"] == spec["topology"], "the hooks must take the chart's topology as is"
     assert len(plan["placement"]) == spec["topology"]["workerReplicas"] or spec["mode"] == "singleNode"
     assert "TOKENIZERS_PARALLELISM" not in plan["runtimeEnvVars"]
+
+
+def test_the_chart_and_the_hooks_refuse_the_same_credential_names():
+    """The chart refuses credential-like env names with a literal value in its values, the hooks in a
+    run spec from anywhere: one pattern, written twice (a template cannot import Python)."""
+    from miles_hooks.core import runspec
+
+    template = (REPO / "charts" / "miles" / "templates" / "_validate.tpl").read_text()
+    (chart_pattern,) = re.findall(r'\{\{- \$credentialName := "\(\?i\)(.*?)" -\}\}', template)
+    assert chart_pattern == runspec._SECRET_NAME.pattern
+    assert runspec._SECRET_NAME.flags & re.IGNORECASE

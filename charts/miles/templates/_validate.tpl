@@ -404,7 +404,7 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- end -}}
 {{- end -}}
 {{- /* credentials only by reference: a literal renders into the RayCluster, ConfigMaps or every hook pod, where `kubectl get -o yaml` and the Helm release show it (the hooks refuse the same names in the Ray runtime env) */ -}}
-{{- $credentialName := "(?i)(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)" -}}
+{{- $credentialName := "(?i)(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?|PAT)(_|$)|_(KEY|AUTH)$" -}}
 {{- $credentialValue := "hf_[A-Za-z0-9]{30,}|(AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY-----|[a-z][a-z0-9+.-]*://[^/@\\s:]+:[^/@\\s]+@|eyJ[A-Za-z0-9_-]{10,}\\.[A-Za-z0-9_-]{10,}\\." -}}
 {{- $envLists := list (list "rayCluster.head.extraEnv" $v.rayCluster.head.extraEnv) (list "rayCluster.workers.extraEnv" $v.rayCluster.workers.extraEnv) (list "singleNode.extraEnv" $v.singleNode.extraEnv) (list "hooks.extraEnv" $v.hooks.extraEnv) -}}
 {{- $literals := list -}}
@@ -423,6 +423,14 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "%s: expected a credential-like name to take its value from a Secret (valueFrom.secretKeyRef in the *.extraEnv lists; secrets.extra for the Ray pods and the job), found a literal value (not shown); it would be readable in the rendered objects and the Helm release" (index $lit 0)) -}}
 {{- else if regexMatch $credentialValue (index $lit 2) -}}
 {{- $e = append $e (printf "%s: expected no secret in a plain value, found one that looks like a token or key (not shown); put it in a Secret and reference it (valueFrom.secretKeyRef, or secrets.extra)" (index $lit 0)) -}}
+{{- end -}}
+{{- end -}}
+{{- /* the same for the train command line, which the Ray job's entrypoint, the run spec and the release show: upstream's credential flags (miles --wandb-key; SGLang's --api-key, --admin-api-key, --ssl-keyfile-password, passed as --sglang-*) and any argument shaped like a token */ -}}
+{{- range $i, $a := $v.recipe.extraArgs | default list -}}
+{{- if regexMatch "(?i)^--[a-z0-9-]*(wandb-key|api-key|password|passwd|passphrase|secret)(=|$)" (toString $a) -}}
+{{- $e = append $e (printf "recipe.extraArgs[%d]: expected no credential on the train command line (the Ray job's entrypoint, the run spec and the Helm release show it), found %s and its value (not shown); W&B takes its key from secrets.wandb, anything else from an environment variable in secrets.extra" $i (index (splitList "=" (toString $a)) 0)) -}}
+{{- else if regexMatch $credentialValue (toString $a) -}}
+{{- $e = append $e (printf "recipe.extraArgs[%d]: expected no secret on the train command line, found an argument that looks like a token or key (not shown); pass it by an environment variable from a Secret (secrets.extra)" $i) -}}
 {{- end -}}
 {{- end -}}
 {{- if $e -}}

@@ -43,9 +43,12 @@ JOB_DEFINING_SUBKEYS: dict[str, tuple[str, ...]] = {
 }
 
 # Env var names that look like credentials must come from Secrets (spec.secrets), never from the
-# plain runtime env that ends up in the Ray job's metadata.
+# plain runtime env that ends up in the Ray job's metadata. The chart refuses the same names in its
+# values with the same pattern (templates/_validate.tpl; tests/chart keeps the two equal).
 _SECRET_NAME = re.compile(
-    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)", re.IGNORECASE
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?|PAT)(_|$)"
+    r"|_(KEY|AUTH)$",
+    re.IGNORECASE,
 )
 
 
