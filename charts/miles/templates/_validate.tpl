@@ -403,6 +403,21 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "hooks.rbac.create: expected true, or serviceAccount.create false with serviceAccount.name an existing account, found false with serviceAccount.create true: the pre-install hook pods would run as %q, which Helm creates only after those hooks" (include "miles.serviceAccountName" .)) -}}
 {{- end -}}
 {{- end -}}
+{{- /* an extra ingress peer that admits everyone undoes the policy silently: the API accepts it, and every Ray port (job submission included) and the reward service would answer any pod or address */ -}}
+{{- if $v.networkPolicy.enabled -}}
+{{- range $i, $peer := $v.networkPolicy.extraFrom | default list -}}
+{{- $nsSel := $peer.namespaceSelector | default dict -}}
+{{- $podSel := $peer.podSelector | default dict -}}
+{{- $everyNamespace := and (hasKey $peer "namespaceSelector") (empty $nsSel.matchLabels) (empty $nsSel.matchExpressions) -}}
+{{- $everyPod := and (empty $podSel.matchLabels) (empty $podSel.matchExpressions) -}}
+{{- $cidr := toString (($peer.ipBlock | default dict).cidr | default "") -}}
+{{- if and $everyNamespace $everyPod -}}
+{{- $e = append $e (printf "networkPolicy.extraFrom[%d]: expected a peer that names who may reach the Ray pods and the reward service (a namespaceSelector or podSelector with matchLabels or matchExpressions), found %s, which admits every pod of every namespace; to go without the policy set networkPolicy.enabled=false" $i (toJson $peer)) -}}
+{{- else if regexMatch "/0+$" $cidr -}}
+{{- $e = append $e (printf "networkPolicy.extraFrom[%d].ipBlock.cidr: expected a range narrower than every address (a prefix length above 0), found %q, which admits any address to the Ray pods and the reward service; to go without the policy set networkPolicy.enabled=false" $i $cidr) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* credentials only by reference: a literal renders into the RayCluster, ConfigMaps or every hook pod, where `kubectl get -o yaml` and the Helm release show it (the hooks refuse the same names in the Ray runtime env) */ -}}
 {{- $credentialName := "(?i)(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?|PAT)(_|$)|_(KEY|AUTH)$" -}}
 {{- $credentialValue := "hf_[A-Za-z0-9]{30,}|(AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY-----|[a-z][a-z0-9+.-]*://[^/@\\s:]+:[^/@\\s]+@|eyJ[A-Za-z0-9_-]{10,}\\.[A-Za-z0-9_-]{10,}\\." -}}
