@@ -390,6 +390,8 @@ OVERRIDES = {
         "pattern": "^[0-9]+%?$",
     },
     "reward.podMonitor.interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+    "rayCluster.podMonitor.interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+    "dashboards.annotations": {"$ref": "#/definitions/annotations"},
     "reward.terminationGracePeriodSeconds": {"type": "integer", "minimum": 0},
     "cluster.hyperpod.healthTaintTolerationSeconds": {"type": "integer", "minimum": 0},
     "checks.waitReadyTimeoutSeconds": {"type": "integer", "minimum": 1},

@@ -40,11 +40,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _port_args() -> list[str]:
+def _port_args(metrics_port: int | None = None) -> list[str]:
     return [
         f"--node-manager-port={free_port()}",
         f"--object-manager-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
+        f"--metrics-export-port={metrics_port or free_port()}",
         f"--dashboard-agent-listen-port={free_port()}",
         f"--dashboard-agent-grpc-port={free_port()}",
         f"--runtime-env-agent-port={free_port()}",
@@ -77,6 +77,9 @@ class LocalRay:
         self.dashboard_port = free_port()
         self.address = f"127.0.0.1:{self.gcs_port}"
         self.dashboard_url = f"http://127.0.0.1:{self.dashboard_port}"
+        # where the head exports its Prometheus metrics (KubeRay's port 8080 in a pod)
+        self.metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self) -> None:
         self._start_node("head", self._head_args, self._dashboard_answers, retry=self._pick_head_ports)
@@ -96,7 +99,7 @@ class LocalRay:
             f"--ray-client-server-port={free_port()}",
             f"--temp-dir={self.tmp}/head-{attempt}",
             "--disable-usage-stats",
-            *_port_args(),
+            *_port_args(self.metrics_port),
         ]
 
     def _worker_args(self, attempt: int) -> list[str]:

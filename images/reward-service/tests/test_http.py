@@ -201,3 +201,25 @@ def test_large_and_small_samples_keep_their_own_scores(math_service: Service) ->
         reply = math_service.post("/score/batch", items, timeout=60)
         assert reply.status == 200, reply.body[:300]
         assert reply.json() == expected
+
+
+def test_score_sums_give_the_mean_reward_of_what_was_scored(math_service: Service) -> None:
+    """The dashboard's mean reward is (positive - negative) / scored samples: each scored sample's
+    score is added once, failed samples of a partial batch add nothing."""
+
+    def totals() -> tuple[float, float, float]:
+        return (
+            math_service.metric("reward_score_total", {"sign": "positive"}),
+            math_service.metric("reward_score_total", {"sign": "negative"}),
+            math_service.metric("reward_samples_total", {"outcome": "scored"}),
+        )
+
+    before = totals()
+    right = [sample(f"$\\boxed{{{i}}}$", str(i)) for i in range(3)]
+    wrong = [sample("$\\boxed{1}$", "2"), sample("$\\boxed{7}$", "8")]
+    assert math_service.post("/score/batch", right + wrong).json() == [1.0] * 3 + [0.0] * 2
+    unusable = math_service.post("/score/batch", [right[0], sample("$\\boxed{1}$", "{")])
+    assert unusable.status == 422, unusable.body
+    after = totals()
+    positive, negative, scored = (a - b for a, b in zip(after, before, strict=True))
+    assert (positive, negative, scored) == (4.0, 0.0, 6.0)

@@ -231,6 +231,8 @@ tests/chart checks that every template file is either listed here or named as le
   "networkpolicy/networkpolicy.yaml"
   "networkpolicy/egress.yaml"
   "raycluster/raycluster.yaml"
+  "raycluster/podmonitor.yaml"
+  "dashboards/configmap.yaml"
   "single-node/job.yaml"
   "reward/deployment.yaml"
   "reward/service.yaml"

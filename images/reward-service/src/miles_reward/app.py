@@ -277,6 +277,7 @@ class RewardApp:
                 worst = o
         if scored:
             self.metrics.sample_done("scored", scored)
+            self.metrics.scores_given([o.score for o in outcomes if isinstance(o, Scored)])
         if worst is None:
             scores = [o.score for o in outcomes if isinstance(o, Scored)]
             if not all(math.isfinite(s) for s in scores):

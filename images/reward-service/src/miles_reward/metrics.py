@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -72,6 +73,15 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        # Two monotonic sums, so a mean reward can be taken from rates (a reward model's scores can
+        # be negative, which a counter cannot take and a Summary's _sum would show as resets):
+        # mean = (rate(positive) - rate(negative)) / rate(reward_samples_total{outcome="scored"}).
+        self.score_sum = Counter(
+            "reward_score",
+            "Sum of the magnitudes of the scores given, by sign",
+            ["sign"],
+            registry=r,
+        )
         self.latency = Histogram(
             "reward_request_duration_seconds",
             "Time from request received to response sent",
@@ -119,6 +129,8 @@ class Metrics:
         }
         self._smp = {o: self.samples.labels(o) for o in SAMPLE_OUTCOMES}
         self._lat = {e: self.latency.labels(e) for e in ENDPOINTS}
+        self._positive = self.score_sum.labels("positive")
+        self._negative = self.score_sum.labels("negative")
         for reason in ("timeout", "worker_died", "internal_error"):
             self.worker_restarts.labels(reason)
 
@@ -132,6 +144,15 @@ class Metrics:
 
     def sample_done(self, outcome: str, count: int = 1) -> None:
         self._smp[outcome].inc(count)
+
+    def scores_given(self, scores: list[float]) -> None:
+        """Adds the finite scores to the sums (a non-finite score is answered as an error)."""
+        positive = sum(x for x in scores if x > 0 and math.isfinite(x))
+        negative = -sum(x for x in scores if x < 0 and math.isfinite(x))
+        if positive:
+            self._positive.inc(positive)
+        if negative:
+            self._negative.inc(negative)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
