@@ -39,9 +39,11 @@ def test_kubeconform_strict(scenario, kubeconform_schemas, tmp_path):
 
 
 def test_kubeconform_strict_with_every_optional_object(kubeconform_schemas, tmp_path):
-    """Reward PodMonitor, FSx static PV, GCS FT, GPU head: objects no scenario turns on."""
+    """Both PodMonitors, the dashboard, FSx static PV, GCS FT, GPU head: objects no scenario turns on."""
     extra = (
         "--set", "reward.podMonitor.enabled=true",
+        "--set", "rayCluster.podMonitor.enabled=true",
+        "--set", "dashboards.enabled=true",
         "--set", "storage.type=fsxStatic",
         "--set", "storage.fsxStatic.fileSystemId=fs-0123456789abcdef0",
         "--set", "storage.fsxStatic.dnsName=fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
@@ -57,6 +59,9 @@ def test_kubeconform_strict_with_every_optional_object(kubeconform_schemas, tmp_
     manifest.write_text(text)
     kinds = {d["kind"] for d in docs(text)}
     assert {"PodMonitor", "PersistentVolume", "PersistentVolumeClaim"} <= kinds
+    assert {"miles-ray", "miles-reward", "miles-dashboard"} <= {
+        d["metadata"]["name"] for d in docs(text) if d["kind"] in ("PodMonitor", "ConfigMap")
+    }
     res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
     summary = json.loads(res.stdout)["summary"]
     assert res.returncode == 0 and summary["skipped"] == 0, res.stdout[-4000:]
