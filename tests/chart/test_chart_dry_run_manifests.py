@@ -8,7 +8,7 @@ import json
 
 import pytest
 import yaml
-from chartlib import RELEASE, SCENARIOS, docs, find, render
+from chartlib import NAMESPACE, RELEASE, SCENARIOS, docs, find, render
 
 HOOK = "helm.sh/hook"
 # created before preflight (or the helm test pod): not dry-run
@@ -81,11 +81,24 @@ def test_the_dry_run_role_grants_apply_on_each_namespaced_kind(scenario: str) ->
         assert ("", "pods") in granted, "the pod templates are dry-run as Pods"
 
 
-def test_off_switch_leaves_no_manifests_no_dry_run_rights_and_tells_the_hooks() -> None:
+def test_off_switch_leaves_no_dry_run_rights_reads_the_namespace_and_tells_the_hooks() -> None:
+    """Without the dry run preflight still gets the manifests (it judges their pods against the namespace's
+    Pod Security label) and, for that label, a get on the release's own namespace: reads only."""
     off = ("--set", "hooks.preflight.apiDryRun=false", "--set", "secrets.rayAuth.existingSecret=ray-token")
     rendered = docs(render("helm4", "colocated", off))
     (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
-    assert "manifests.yaml" not in hook_copy["data"]
+    kinds = {o["kind"] for o in dry_run_objects(rendered)}
+    assert {"RayCluster", "Job"} <= kinds, kinds
     (role,) = find(rendered, "Role", f"{RELEASE}-hooks-preflight")
     assert all(rule["verbs"] == ["get"] for rule in role["rules"])  # preflight's reads only
+    (cluster_role,) = [d for d in rendered if d["kind"] == "ClusterRole"]
+    read = {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": [NAMESPACE], "verbs": ["get"]}
+    assert read in cluster_role["rules"]
+    assert all(rule["verbs"] in (["get"], ["get", "list"]) for rule in cluster_role["rules"])
     assert json.loads(hook_copy["data"]["run.json"])["checks"]["apiDryRun"] is False
+
+
+def test_with_the_dry_run_preflight_does_not_read_the_namespace() -> None:
+    rendered = docs(render("helm4", "colocated", ()))
+    (cluster_role,) = [d for d in rendered if d["kind"] == "ClusterRole"]
+    assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]

@@ -113,6 +113,79 @@ def test_what_the_api_server_refuses_fails_before_any_download(
         assert found.rc != 0, f"job/miles-{step} exists: preflight let the install go on"
 
 
+RESTRICTED_REFUSES = (
+    "spec.headGroupSpec.template (as a Pod)",
+    "spec.workerGroupSpecs[0].template (as a Pod)",
+    "Job/miles-convert spec.template (as a Pod)",
+)
+
+
+def test_restricted_namespace_without_the_dry_run(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    """With hooks.preflight.apiDryRun off preflight sends nothing, yet a restricted namespace still fails the
+    install at preflight: it reads the namespace's label (its ClusterRole's one namespace get) and names
+    each pod of the miles image, before any download or a convert pod that would never start."""
+    extra = ["--set", "hooks.preflight.apiDryRun=false"]
+    tb.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    inputs_ready(COLOCATED, "miles", namespace, extra)
+    out = install_fails(namespace, extra)
+    for subject in RESTRICTED_REFUSES:
+        assert f"{subject}: container" in out, out[-4000:]
+    assert "label pod-security.kubernetes.io/enforce=restricted refuses it" in out, out[-4000:]
+    assert "label the namespace pod-security.kubernetes.io/enforce=baseline" in out, out[-4000:]
+    assert "Job/miles-wait-ready spec.template (as a Pod): " not in out, out[-4000:]
+    for step in ("prepare-data", "convert"):
+        found = tb.kubectl("get", "job", f"miles-{step}", "-n", namespace, check=False)
+        assert found.rc != 0, f"job/miles-{step} exists: preflight let the install go on"
+
+
+REFUSED_POD = re.compile(r"^(?P<subject>\S+ spec\.\S+ \(as a Pod\)): (?P<why>.*)$")
+
+
+def preflight_refused_pods(namespace: str, files: list[str], tmp_path: Path, dry_run: bool) -> set[str]:
+    """The pods preflight (the real CLI, against the testbed's API server) refuses for this rendering."""
+    out = tb.helm(
+        "helm4", "template", "miles", str(tb.CHART), "-n", namespace, *files,
+        "--set", f"hooks.preflight.apiDryRun={str(dry_run).lower()}",
+    )  # fmt: skip
+    (hook_copy,) = [
+        d
+        for d in yaml.safe_load_all(out.out)
+        if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "miles-run-hook"
+    ]
+    spec = tmp_path / f"dry-run-{dry_run}" / "run.json"
+    spec.parent.mkdir()
+    spec.write_text(json.dumps(tb.as_seen_by_hooks(hook_copy["data"]["run.json"])))
+    (spec.parent / "manifests.yaml").write_text(hook_copy["data"]["manifests.yaml"])
+    cli = str(tb.REPO / ".venv" / "bin" / "miles-hooks")
+    res = tb.run([cli, "preflight", "--log-format", "json", "--spec", str(spec)], check=False)
+    assert res.rc != 0, res.out[-3000:] + res.err[-3000:]
+    refused = set()
+    for line in (res.out + res.err).splitlines():
+        record = json.loads(line) if line.startswith("{") else {}
+        m = REFUSED_POD.match(str(record.get("msg", "")))
+        if record.get("level") == "error" and m:
+            assert "pod-security.kubernetes.io/enforce=restricted refuses it" in m["why"], line
+            refused.add(m["subject"])
+    return refused
+
+
+@pytest.mark.parametrize(
+    "scenario", ["values-colocated.yaml", "values-disaggregated.yaml", "values-single-node.yaml"]
+)
+def test_the_label_check_refuses_exactly_the_pods_pod_security_refuses(
+    scenario: str, namespace: str, tmp_path: Path
+) -> None:
+    """The label check without the dry run is held to Pod Security admission itself: in a restricted
+    namespace it names exactly the pods the real API server's dry run refuses, for each scenario."""
+    tb.kubectl("-n", namespace, "create", "serviceaccount", "miles-hooks")
+    tb.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    files = [arg for v in [tb.OVERLAY, tb.VALUES / scenario] for arg in ("-f", str(v))]
+    by_admission = preflight_refused_pods(namespace, files, tmp_path, dry_run=True)
+    by_label = preflight_refused_pods(namespace, files, tmp_path, dry_run=False)
+    assert by_admission, "the dry run refused no pod in a restricted namespace"
+    assert by_label == by_admission
+
+
 def test_missing_secret(namespace: str, inputs_ready: Callable[..., Any]) -> None:
     inputs_ready(COLOCATED, "miles", namespace)
     tb.kubectl("-n", namespace, "delete", "secret", "hf-token")

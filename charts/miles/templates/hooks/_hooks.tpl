@@ -208,6 +208,29 @@ miles.apiDryRun: "true" when preflight sends the release's objects to the API se
 {{- if has "preflight" (include "miles.hookRbacKeys" . | fromJsonArray) }}true{{ end -}}
 {{- end -}}
 
+{{/*
+miles.preflightClusterRules: JSON list of the cluster-scope rules preflight's code calls: node reads for its
+node checks; without the dry run, a read of the release's own namespace (its Pod Security label). Empty when
+preflight calls none, or runs without the chart's RBAC: then no ClusterRole is rendered.
+*/}}
+{{- define "miles.preflightClusterRules" -}}
+{{- $rules := list -}}
+{{- if include "miles.preflightRbac" . -}}
+{{- if .Values.hooks.preflight.nodeChecks -}}
+{{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "nodes") "verbs" (list "get" "list")) -}}
+{{- end -}}
+{{- if not (include "miles.apiDryRun" .) -}}
+{{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "namespaces") "resourceNames" (list .Release.Namespace) "verbs" (list "get")) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $rules -}}
+{{- end -}}
+
+{{/* miles.preflightRuns: "true" when the release runs the preflight hook (it then reads the release's manifests). */}}
+{{- define "miles.preflightRuns" -}}
+{{- if and .Values.hooks.enabled .Values.hooks.preflight.enabled }}true{{ end -}}
+{{- end -}}
+
 {{/* miles.hookReaderRbac: "true" when a step that reads the RayCluster runs with the chart's RBAC (wait-ready, the test status pod). */}}
 {{- define "miles.hookReaderRbac" -}}
 {{- $keys := include "miles.hookRbacKeys" . | fromJsonArray -}}
@@ -216,7 +239,8 @@ miles.apiDryRun: "true" when preflight sends the release's objects to the API se
 
 {{/*
 miles.dryRunManifests: the release's objects that exist only after preflight, as one multi-document
-YAML (the hook copy of the run spec carries it to preflight). Left out: the run spec ConfigMaps (they
+YAML (the hook copy of the run spec carries it to preflight: for its dry run, or without it, for the pods
+it judges against the namespace's Pod Security label). Left out: the run spec ConfigMaps (they
 carry this), the hooks' own RBAC and ServiceAccount, the egress policy's hook copy and the preflight Job
 (created before preflight runs), the helm test pod.
 tests/chart checks that every template file is either listed here or named as left out.

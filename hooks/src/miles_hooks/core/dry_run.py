@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from miles_hooks.core import kube
+from miles_hooks.core import kube, pod_security
 from miles_hooks.core.errors import BadInput
 
 FIELD_MANAGER = "miles-preflight"
@@ -115,19 +115,9 @@ _POD_SECURITY = re.compile(r'violates PodSecurity "(?P<level>[a-z]+):')
 
 
 def pod_security_hint(reason: str) -> str:
-    """What to change when Pod Security admission refuses a pod: the namespace label that set the level,
-    and, for ``restricted``, that the miles image's pods need ``baseline``."""
+    """What to change when Pod Security admission refuses a pod: the namespace label that set the level."""
     m = _POD_SECURITY.search(reason)
-    if m is None:
-        return ""
-    level = m.group("level")
-    label = f"the namespace's label pod-security.kubernetes.io/enforce={level}"
-    if level == "restricted":
-        return (
-            f"{label} refuses it: the Ray, single-node and convert pods run the miles image as root, which "
-            "`baseline` admits; label the namespace pod-security.kubernetes.io/enforce=baseline"
-        )
-    return f"{label} refuses it: bring the pod's securityContext values within `{level}`"
+    return "" if m is None else pod_security.enforce_hint(m.group("level"))
 
 
 def send_all(api: kube.Api, batch: list[Candidate], namespace: str) -> list[Outcome]:

@@ -8,8 +8,9 @@ with allocatable GPUs >= GPUs per worker and an EFA request equal to its allocat
 exists for the head; the storage claim is bound (or created by the chart) and ReadWriteMany; each
 referenced Secret and key exists; a ``prometheus`` Service is neutralised by ``PROMETHEUS_PORT``; the API
 server accepts every object of the release that is still to come (a server-side dry run, see
-``core.dry_run``). The values rules (topology arithmetic included) live in the chart alone: preflight reads
-the derived numbers from the run spec and checks only what needs the live cluster.
+``core.dry_run``; without it, the namespace's Pod Security label, see ``core.pod_security``). The
+values rules (topology arithmetic included) live in the chart alone: preflight reads the derived numbers
+from the run spec and checks only what needs the live cluster.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import dry_run, kube, log, ray_token
+from miles_hooks.core import dry_run, kube, log, pod_security, ray_token
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.fsutil import human_bytes
 from miles_hooks.core.quantity import parse_count
@@ -478,6 +479,8 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
 
     if raw["checks"]["apiDryRun"]:
         findings.extend(dry_run_findings(api, spec))
+    else:
+        findings.extend(_pod_security_by_label(api, spec))
 
     prometheus = kube.optional(
         "reading service/prometheus",
@@ -488,21 +491,26 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
     return findings
 
 
-def dry_run_findings(api: kube.Api, spec: RunSpec) -> list[Finding]:
-    """The release's objects to come, each sent to the API server as a server-side dry run."""
+def _release_pods_and_objects(spec: RunSpec) -> list[dry_run.Candidate] | Finding:
+    """The release's objects still to come, each pod template also as a Pod; or why they are missing."""
     manifests = Path(spec.path).parent / MANIFESTS_FILE
     try:
         text = manifests.read_text("utf-8")
     except OSError as exc:
-        return [
-            Finding(
-                ERROR,
-                "checks.apiDryRun",
-                f"expected the release's manifests at {manifests} (the chart's run-hook ConfigMap carries "
-                f"them when hooks.preflight.apiDryRun is true), found none: {exc.strerror}",
-            )
-        ]
-    batch = dry_run.candidates(dry_run.parse_manifests(text, str(manifests)))
+        return Finding(
+            ERROR,
+            "hooks.preflight",
+            f"expected the release's manifests at {manifests} (the chart's run-hook ConfigMap carries "
+            f"them whenever preflight runs), found none: {exc.strerror}",
+        )
+    return dry_run.candidates(dry_run.parse_manifests(text, str(manifests)))
+
+
+def dry_run_findings(api: kube.Api, spec: RunSpec) -> list[Finding]:
+    """The release's objects to come, each sent to the API server as a server-side dry run."""
+    batch = _release_pods_and_objects(spec)
+    if isinstance(batch, Finding):
+        return [batch]
     outcomes = dry_run.send_all(api, batch, spec.namespace)
     findings = [
         Finding(ERROR, o.subject, f"the API server refuses it: {o.refused}") for o in outcomes if o.refused
@@ -517,6 +525,61 @@ def dry_run_findings(api: kube.Api, spec: RunSpec) -> list[Finding]:
         )
     )
     return findings
+
+
+def pod_security_findings(
+    namespace: str, namespace_labels: dict[str, str] | None, batch: list[dry_run.Candidate]
+) -> list[Finding]:
+    """Without the dry run: the namespace's enforced Pod Security level against the release's pods, for
+    the rules ``restricted`` holds that the miles image breaks (``core.pod_security``)."""
+    subject = f"namespace/{namespace}"
+    if namespace_labels is None:
+        return [
+            Finding(
+                INFO,
+                subject,
+                "Pod Security not checked: the hooks may not read the namespace, and "
+                "hooks.preflight.apiDryRun is off",
+            )
+        ]
+    level = pod_security.enforced_level(namespace_labels)
+    if level != pod_security.RESTRICTED:
+        return [
+            Finding(
+                INFO,
+                subject,
+                f"enforces Pod Security level {level or 'none (the cluster default applies)'}; only "
+                "hooks.preflight.apiDryRun has the API server judge each pod against it",
+            )
+        ]
+    pods = [c for c in batch if c.body["kind"] == "Pod"]
+    findings = [
+        Finding(ERROR, c.subject, f"{'; '.join(problems)}: {pod_security.enforce_hint(level)}")
+        for c in pods
+        if (problems := pod_security.restricted_user_violations(c.body.get("spec") or {}))
+    ]
+    findings.append(
+        Finding(
+            INFO,
+            subject,
+            f"enforces Pod Security level restricted: {len(pods) - len(findings)} of {len(pods)} pod(s) "
+            "run as non-root (its other rules are judged only with hooks.preflight.apiDryRun)",
+        )
+    )
+    return findings
+
+
+def _pod_security_by_label(api: kube.Api, spec: RunSpec) -> list[Finding]:
+    batch = _release_pods_and_objects(spec)
+    if isinstance(batch, Finding):
+        return [batch]
+    namespace = kube.optional(
+        f"reading namespace/{spec.namespace}",
+        lambda: api.core().read_namespace(spec.namespace),
+        absent=(kube.Forbidden,),
+    )
+    labels = None if namespace is None else dict(namespace.metadata.labels or {})
+    return pod_security_findings(spec.namespace, labels, batch)
 
 
 def _operator_findings(api: kube.Api) -> list[Finding]:
