@@ -29,7 +29,7 @@ SCHEMAS = ROOT / ".tools" / "kubeconform-schemas"
 
 
 def pinned_versions() -> dict[str, str]:
-    """KUBERNETES_VERSION and KUBERAY_VERSION from ci/kubeconform/versions.env (the one place they live)."""
+    """KUBERNETES_VERSION and KUBERAY_VERSIONS from ci/kubeconform/versions.env (the one place they live)."""
     pairs = {}
     for line in (ROOT / "ci" / "kubeconform" / "versions.env").read_text().splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
@@ -39,6 +39,7 @@ def pinned_versions() -> dict[str, str]:
 
 
 KUBE_VERSION = pinned_versions()["KUBERNETES_VERSION"]
+KUBERAY_VERSIONS = pinned_versions()["KUBERAY_VERSIONS"].split()
 
 # scenario name -> values files, from the `helm install` line of each values/ file
 SCENARIOS: dict[str, list[str]] = scenario_files.scenarios()
@@ -55,27 +56,33 @@ def helm_template(helm: str, files: list[str]) -> str:
 
 
 def kubeconform(manifest: str) -> str:
-    if not SCHEMAS.is_dir():
-        raise RuntimeError(f"{SCHEMAS} is missing: run `make tools` (it generates the schemas)")
-    location = str(SCHEMAS) + (
-        "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}"
-        "/{{ .ResourceKind }}{{ .KindSuffix }}.json"
-    )
-    args = [
-        "kubeconform",
-        "-strict",
-        "-summary",
-        "-kubernetes-version",
-        KUBE_VERSION,
-        "-schema-location",
-        location,
-    ]
-    done = subprocess.run(args, input=manifest, capture_output=True, text=True, check=False)
-    if done.returncode != 0 or "Skipped: 0" not in done.stdout:
-        raise RuntimeError(
-            f"kubeconform rejected (or could not check) the manifests:\n{done.stdout}{done.stderr}"
+    """Strict kubeconform against the CRDs of each supported KubeRay; one summary line per version."""
+    lines = []
+    for kuberay in KUBERAY_VERSIONS:
+        schemas = SCHEMAS / f"kuberay-{kuberay}"
+        if not schemas.is_dir():
+            raise RuntimeError(f"{schemas} is missing: run `make tools` (it generates the schemas)")
+        location = str(schemas) + (
+            "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}"
+            "/{{ .ResourceKind }}{{ .KindSuffix }}.json"
         )
-    return done.stdout.strip().splitlines()[-1]
+        args = [
+            "kubeconform",
+            "-strict",
+            "-summary",
+            "-kubernetes-version",
+            KUBE_VERSION,
+            "-schema-location",
+            location,
+        ]
+        done = subprocess.run(args, input=manifest, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or "Skipped: 0" not in done.stdout:
+            raise RuntimeError(
+                f"kubeconform rejected (or could not check) the manifests against KubeRay {kuberay}:\n"
+                f"{done.stdout}{done.stderr}"
+            )
+        lines.append(f"KubeRay {kuberay}: {done.stdout.strip().splitlines()[-1]}")
+    return "; ".join(lines)
 
 
 def run_spec(objects: list[dict[str, object]]) -> dict[str, object] | None:

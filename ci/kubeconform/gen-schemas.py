@@ -3,13 +3,14 @@
 
 - Kubernetes kinds: from api/openapi-spec/swagger.json of the k8s.io/kubernetes Go module at
   KUBERNETES_VERSION (versions.env), fetched with `go mod download` (module cache or Go module proxy).
-- KubeRay kinds (RayCluster, RayJob, RayService): from config/crd/bases/*.yaml of the
-  github.com/ray-project/kuberay/ray-operator Go module at KUBERAY_VERSION.
+- KubeRay kinds (RayCluster, RayJob, RayService, ...): from config/crd/bases/*.yaml of the
+  github.com/ray-project/kuberay/ray-operator Go module, at each of KUBERAY_VERSIONS.
 - PodMonitor/ServiceMonitor: from example/prometheus-operator-crd/ of the
   github.com/prometheus-operator/prometheus-operator Go module at PROMETHEUS_OPERATOR_VERSION.
 
-Output layout matches kubeconform's -schema-location template (see LOCATION below):
-e.g. <out>/v1.34.3-standalone-strict/deployment-apps-v1.json and .../raycluster-ray-v1.json.
+Output: one schema tree per KubeRay version, each matching kubeconform's -schema-location template
+(LOCATION below, with root <out>/kuberay-<version>): e.g.
+<out>/kuberay-1.6.0/v1.34.3-standalone-strict/deployment-apps-v1.json and .../raycluster-ray-v1.json.
 
 "Strict" = every object schema that lists properties gets additionalProperties: false (unless the
 source marks it x-kubernetes-preserve-unknown-fields), so unknown or misspelled fields fail.
@@ -22,6 +23,7 @@ import argparse
 import copy
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -205,7 +207,11 @@ def main(argv: list[str]) -> int:
         help="schema root for kubeconform -schema-location",
     )
     ap.add_argument("--kubernetes-version", default=versions["KUBERNETES_VERSION"])
-    ap.add_argument("--kuberay-version", default=versions["KUBERAY_VERSION"])
+    ap.add_argument(
+        "--kuberay-versions",
+        default=versions["KUBERAY_VERSIONS"],
+        help="space-separated KubeRay versions, one schema tree each",
+    )
     ap.add_argument("--prometheus-operator-version", default=versions["PROMETHEUS_OPERATOR_VERSION"])
     ap.add_argument(
         "--all",
@@ -213,17 +219,25 @@ def main(argv: list[str]) -> int:
         help="every Kubernetes kind, not only those the chart uses",
     )
     args = ap.parse_args(argv)
-    out = args.out / f"v{args.kubernetes_version}-standalone-strict"
-    out.mkdir(parents=True, exist_ok=True)
-    k = gen_kubernetes(args.kubernetes_version, out, args.all)
-    r = gen_kuberay(args.kuberay_version, out)
-    p = gen_prometheus_operator(args.prometheus_operator_version, out)
-    print(
-        f"gen-schemas: {k} Kubernetes v{args.kubernetes_version} + {r} KubeRay v{args.kuberay_version}"
-        f" + {p} prometheus-operator v{args.prometheus_operator_version}"
-    )
-    print(f"  schemas in {out}; validate with:")
-    location = LOCATION.format(root=args.out)
+    kuberay_versions = args.kuberay_versions.split()
+    if not kuberay_versions:
+        ap.error("--kuberay-versions: expected at least one version, found none")
+    tree = f"v{args.kubernetes_version}-standalone-strict"
+    common = args.out / "common" / tree
+    common.mkdir(parents=True, exist_ok=True)
+    k = gen_kubernetes(args.kubernetes_version, common, args.all)
+    p = gen_prometheus_operator(args.prometheus_operator_version, common)
+    for version in kuberay_versions:
+        out = args.out / f"kuberay-{version}" / tree
+        shutil.copytree(common, out, dirs_exist_ok=True)
+        r = gen_kuberay(version, out)
+        print(
+            f"gen-schemas: {k} Kubernetes v{args.kubernetes_version} + {r} KubeRay v{version}"
+            f" + {p} prometheus-operator v{args.prometheus_operator_version}"
+        )
+    shutil.rmtree(args.out / "common")
+    print(f"  schemas in {args.out}/kuberay-<version>; validate with:")
+    location = LOCATION.format(root=f"{args.out}/kuberay-{kuberay_versions[-1]}")
     print(f"kubeconform -strict -kubernetes-version {args.kubernetes_version} -schema-location '{location}'")
     return 0
 

@@ -44,6 +44,8 @@ def _versions() -> dict[str, str]:
 
 VERSIONS = _versions()
 KUBE_VERSION = VERSIONS["KUBERNETES_VERSION"]
+# the oldest supported KubeRay first, the testbed's last: each has a kubeconform schema tree of its own
+KUBERAY_VERSIONS = VERSIONS["KUBERAY_VERSIONS"].split()
 
 # scenario name -> values files, read from the `helm install` line of each values/ file
 # (ci/scenario_files.py), plus every file alone: an overlay must render even without its base
@@ -108,9 +110,10 @@ def run_spec(documents: list[dict], name: str = f"{RELEASE}-run") -> dict:
     return json.loads(cm["data"]["run.json"])
 
 
-def kubeconform_cmd(schemas: pathlib.Path) -> list[str]:
+def kubeconform_cmd(schemas: pathlib.Path, kuberay: str) -> list[str]:
+    """kubeconform, strict, against the Kubernetes schemas and the CRDs of KubeRay `kuberay`."""
     loc = (
-        f"{schemas}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/"
+        f"{schemas}/kuberay-{kuberay}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/"
         "{{ .ResourceKind }}{{ .KindSuffix }}.json"
     )
     return [

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 import yaml
+from chartlib import KUBERAY_VERSIONS, REPO
 
 CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "miles"
 
@@ -29,3 +31,13 @@ def test_artifacthub_images_match_the_default_values() -> None:
     images = [values["image"], values["hooks"]["image"], values["reward"]["image"]]
     defaults = {f"{i['repository']}:{i['tag'] or chart['appVersion']}" for i in images}
     assert listed == defaults
+
+
+def test_kuberay_versions_agree_across_chart_schemas_and_testbed() -> None:
+    """The KubeRay versions Chart.yaml names are the ones kubeconform validates against (oldest supported
+    first), and the last is the operator the testbed builds and runs."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["annotations"]["miles.dev/kuberay-versions"] == " ".join(KUBERAY_VERSIONS)
+    go_mod = (REPO / "ci" / "tools" / "kuberay" / "go.mod").read_text()
+    (pinned,) = re.findall(r"github\.com/ray-project/kuberay/ray-operator v(\S+)", go_mod)
+    assert pinned == KUBERAY_VERSIONS[-1]

@@ -2,7 +2,8 @@
 that becomes raylet and execs KubeRay's generated `ray start` with its quoting intact (the worker's
 `--resources="{\\"gpu_node\\": 1}"`). A recording program stands in for the `ray` executable only:
 what is under test is our shell command, and a real `ray start` would start a cluster on this shared
-machine. KUBERAY_GEN_RAY_START_CMD below has the layout KubeRay 1.5's convertParamMap produces.
+machine. KUBERAY_GEN_RAY_START_CMD below has the layout KubeRay's convertParamMap produces (the same function
+in 1.5 and 1.6).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from chartlib import (
     CHART,
     HELMS,
     KUBE_VERSION,
+    KUBERAY_VERSIONS,
     REPO,
     SCENARIOS,
     VALUES,
@@ -26,11 +27,15 @@ from chartlib import (
 ALLOWLIST = REPO / "ci" / "checkov-allowlist.yaml"
 
 
+OLDEST_KUBERAY, NEWEST_KUBERAY = KUBERAY_VERSIONS[0], KUBERAY_VERSIONS[-1]
+
+
+@pytest.mark.parametrize("kuberay", KUBERAY_VERSIONS)
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_kubeconform_strict(scenario, kubeconform_schemas, tmp_path):
+def test_kubeconform_strict(scenario, kuberay, kubeconform_schemas, tmp_path):
     manifest = tmp_path / f"{scenario}.yaml"
     manifest.write_text(render("helm4", scenario))
-    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
+    res = run([*kubeconform_cmd(kubeconform_schemas, kuberay), str(manifest)], check=False)
     report = json.loads(res.stdout)
     summary = report["summary"]
     assert res.returncode == 0 and summary["invalid"] == 0 and summary["errors"] == 0, res.stdout[-4000:]
@@ -38,7 +43,8 @@ def test_kubeconform_strict(scenario, kubeconform_schemas, tmp_path):
     assert summary["valid"] == len(docs(manifest.read_text()))
 
 
-def test_kubeconform_strict_with_every_optional_object(kubeconform_schemas, tmp_path):
+@pytest.mark.parametrize("kuberay", KUBERAY_VERSIONS)
+def test_kubeconform_strict_with_every_optional_object(kuberay, kubeconform_schemas, tmp_path):
     """Both PodMonitors, the dashboard, FSx static PV, GCS FT, GPU head: objects no scenario turns on."""
     extra = (
         "--set", "reward.podMonitor.enabled=true",
@@ -62,7 +68,7 @@ def test_kubeconform_strict_with_every_optional_object(kubeconform_schemas, tmp_
     assert {"miles-ray", "miles-reward", "miles-dashboard"} <= {
         d["metadata"]["name"] for d in docs(text) if d["kind"] in ("PodMonitor", "ConfigMap")
     }
-    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
+    res = run([*kubeconform_cmd(kubeconform_schemas, kuberay), str(manifest)], check=False)
     summary = json.loads(res.stdout)["summary"]
     assert res.returncode == 0 and summary["skipped"] == 0, res.stdout[-4000:]
 
@@ -77,16 +83,19 @@ def test_kubeconform_strict_with_dynamic_fsx(kubeconform_schemas, tmp_path):
     text = render("helm4", "single-node", extra)
     manifest.write_text(text)
     assert "StorageClass" in {d["kind"] for d in docs(text)}
-    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
+    res = run([*kubeconform_cmd(kubeconform_schemas, NEWEST_KUBERAY), str(manifest)], check=False)
     assert res.returncode == 0, res.stdout[-4000:]
 
 
 def test_kubeconform_catches_a_field_the_raycluster_crd_lacks(kubeconform_schemas, tmp_path):
-    """Proves the generated RayCluster schema is strict (KubeRay 1.5 has no spec.upgradeStrategy)."""
+    """Proves the generated RayCluster schema is strict: the oldest supported KubeRay has no
+    spec.upgradeStrategy (1.6 added it), so `method: crd` fails there and validates on the newest."""
     manifest = tmp_path / "crd-upgrade.yaml"
     manifest.write_text(render("helm4", "colocated", ("--set", "rayCluster.upgradeStrategy.method=crd")))
-    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
+    res = run([*kubeconform_cmd(kubeconform_schemas, OLDEST_KUBERAY), str(manifest)], check=False)
     assert res.returncode != 0 and "upgradeStrategy" in res.stdout
+    res = run([*kubeconform_cmd(kubeconform_schemas, NEWEST_KUBERAY), str(manifest)], check=False)
+    assert res.returncode == 0, res.stdout[-4000:]
 
 
 def test_kubeconform_catches_a_misspelled_pod_field(kubeconform_schemas, tmp_path):
@@ -95,7 +104,7 @@ def test_kubeconform_catches_a_misspelled_pod_field(kubeconform_schemas, tmp_pat
     job["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
     manifest = tmp_path / "typo.yaml"
     manifest.write_text(yaml.safe_dump(job))
-    res = run([*kubeconform_cmd(kubeconform_schemas), str(manifest)], check=False)
+    res = run([*kubeconform_cmd(kubeconform_schemas, NEWEST_KUBERAY), str(manifest)], check=False)
     assert res.returncode != 0 and "resourcez" in res.stdout
 
 
