@@ -227,10 +227,18 @@ build_cluster() {
   cluster_module kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
   cluster_module kuberay "" kuberay-operator=github.com/ray-project/kuberay/ray-operator
   # CRDs from the same pinned modules: KubeRay's, and kwok's Logs (so `kubectl logs` reaches runner pods).
-  local src
+  local src version
   mkdir -p "$tools/kuberay/crds" "$tools/kwok/crds"
   src=$(module_dir kuberay github.com/ray-project/kuberay/ray-operator)
   install -m 0644 "$src"/config/crd/bases/ray.io_*.yaml "$tools/kuberay/crds/"
+  # and those of every KubeRay the chart supports (ci/kubeconform/versions.env), for the e2e tests that put an
+  # older operator's CRD in place
+  for version in $(sed -n 's/^KUBERAY_VERSIONS=//p' "$root/ci/kubeconform/versions.env"); do
+    src=$(go mod download -json "github.com/ray-project/kuberay/ray-operator@v$version" \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    mkdir -p "$tools/kuberay/crds-$version"
+    install -m 0644 "$src"/config/crd/bases/ray.io_*.yaml "$tools/kuberay/crds-$version/"
+  done
   src=$(module_dir kwok sigs.k8s.io/kwok)
   install -m 0644 "$src/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml" "$tools/kwok/crds/"
 }

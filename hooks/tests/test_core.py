@@ -19,10 +19,11 @@ SCHEMA = Path(__file__).resolve().parents[1] / "src" / "miles_hooks" / "schemas"
 class FakeApiException(Exception):
     """What the kubernetes client raises: an exception with ``status`` and ``reason``."""
 
-    def __init__(self, status: int, reason: str = "Reason") -> None:
+    def __init__(self, status: int, reason: str = "Reason", body: str | None = None) -> None:
         super().__init__(f"({status})\nReason: {reason}")
         self.status = status
         self.reason = reason
+        self.body = body
 
 
 # ---------------------------------------------------------------- error translation
@@ -44,6 +45,18 @@ def test_translate_messages() -> None:
     assert str(kube.translate("watching raycluster/r", FakeApiException(500, "Internal"))) == (
         "watching raycluster/r: Kubernetes API error 500 Internal"
     )
+
+
+def test_translate_carries_the_api_servers_own_reason() -> None:
+    """The Status message is the one place the API server says what is wrong (a 500 from server-side
+    apply names the field a CRD lacks): it is never dropped."""
+    said = "failed to create typed patch object (/r; ray.io/v1, Kind=RayCluster): .spec.x: field not declared"
+    status = json.dumps({"kind": "Status", "status": "Failure", "message": said, "code": 500})
+    err = kube.translate("dry-running RayCluster/r", FakeApiException(500, "Internal Server Error", status))
+    assert str(err) == f"dry-running RayCluster/r: Kubernetes API error 500 Internal Server Error: {said}"
+    for body in (None, "not json", json.dumps(["a list"]), json.dumps({"message": ""})):
+        plain = kube.translate("reading secret/x", FakeApiException(500, "Internal", body))
+        assert str(plain) == "reading secret/x: Kubernetes API error 500 Internal"
 
 
 def test_api_call_translates_only_api_errors() -> None:

@@ -126,3 +126,18 @@ def test_a_pod_security_refusal_names_the_namespace_label_and_what_to_change() -
     baseline = dry_run.pod_security_hint('violates PodSecurity "baseline:v1.34": privileged')
     assert "enforce=baseline refuses it" in baseline and "securityContext" in baseline
     assert dry_run.pod_security_hint("exceeded quota: gpus") == ""
+
+
+def test_a_field_the_crd_lacks_names_the_value_that_rendered_it() -> None:
+    """Server-side apply answers a field the CRD's schema lacks with a 500 naming it; preflight reads it
+    as a refusal and, for a field older KubeRay CRDs lack, names the value that asked for it."""
+    older = (
+        "failed to create typed patch object (/miles; ray.io/v1, Kind=RayCluster): "
+        ".spec.upgradeStrategy: field not declared in schema"
+    )
+    hint = dry_run.schema_hint(older)
+    assert "KubeRay 1.6 added it" in hint
+    assert "rayCluster.upgradeStrategy.method: crd; set it to nameHash" in hint
+    other = dry_run.schema_hint(older.replace("upgradeStrategy", "somethingElse"))
+    assert "does not declare that field" in other and "miles.dev/kuberay-versions" in other
+    assert dry_run.schema_hint("exceeded quota: gpus") == ""

@@ -6,39 +6,41 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from miles_hooks.core import dry_run, pod_security
 from miles_hooks.steps import preflight as pf
 
-MANIFESTS = """
----
-apiVersion: ray.io/v1
-kind: RayCluster
-metadata: {name: miles-0a1b2c3d}
-spec:
-  headGroupSpec:
-    template:
-      spec:
-        securityContext: {seccompProfile: {type: RuntimeDefault}}
-        containers: [{name: ray-head, image: miles:1}]
-  workerGroupSpecs:
-    - groupName: gpu
-      template:
-        spec: {containers: [{name: ray-worker, image: miles:1}]}
----
-apiVersion: batch/v1
-kind: Job
-metadata: {name: miles-wait-ready}
-spec:
-  template:
-    spec:
-      securityContext: {runAsNonRoot: true, runAsUser: 10001}
-      containers: [{name: wait-ready, image: hooks:1}]
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: miles-plugins}
-"""
+
+def template(containers: list[str], security: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": c, "image": "miles:1"} for c in containers]}
+    if security:
+        spec["securityContext"] = security
+    return {"spec": spec}
+
+
+MANIFESTS = yaml.safe_dump_all(
+    [
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": "miles-0a1b2c3d"},
+            "spec": {
+                "headGroupSpec": {
+                    "template": template(["ray-head"], {"seccompProfile": {"type": "RuntimeDefault"}})
+                },
+                "workerGroupSpecs": [{"groupName": "gpu", "template": template(["ray-worker"])}],
+            },
+        },
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "miles-wait-ready"},
+            "spec": {"template": template(["wait-ready"], {"runAsNonRoot": True, "runAsUser": 10001})},
+        },
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "miles-plugins"}},
+    ]
+)
 
 
 def pod(

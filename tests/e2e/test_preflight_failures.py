@@ -186,6 +186,61 @@ def test_the_label_check_refuses_exactly_the_pods_pod_security_refuses(
     assert by_label == by_admission
 
 
+KUBERAY_CRDS = tb.REPO / ".tools" / "kuberay"
+# the oldest KubeRay the chart supports (ci/kubeconform/versions.env: oldest first); make tools keeps its CRDs
+OLDEST_KUBERAY = re.findall(
+    r"^KUBERAY_VERSIONS=(\S+)", (tb.REPO / "ci" / "kubeconform" / "versions.env").read_text(), re.M
+)[0]
+
+
+def _serve_raycluster_schema(crd_file: Path, scratch: Path) -> None:
+    """Serve the RayCluster CRD's spec from `crd_file`, updating the live CRD: no RayCluster is lost."""
+    live = tb.kget("crd", name="rayclusters.ray.io")
+    live["spec"] = yaml.safe_load(crd_file.read_text())["spec"]
+    live.pop("status", None)
+    scratch.write_text(json.dumps(live))
+    tb.kubectl("replace", "-f", str(scratch))
+
+
+def _upgrade_strategy_served(scratch: Path) -> bool:
+    """Whether server-side apply (a dry run) accepts spec.upgradeStrategy on a RayCluster right now."""
+    head = {"template": {"spec": {"containers": [{"name": "ray-head", "image": "x:1"}]}}}
+    probe = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "schema-probe", "namespace": "default"},
+        "spec": {"upgradeStrategy": {"type": "Recreate"}, "headGroupSpec": head},
+    }
+    scratch.write_text(json.dumps(probe))
+    res = tb.kubectl(
+        "apply", "--server-side", "--dry-run=server", "--validate=false", "-f", str(scratch), check=False
+    )
+    return res.rc == 0
+
+
+def test_a_field_the_oldest_supported_kuberay_lacks(
+    namespace: str, inputs_ready: Callable[..., Any], tmp_path: Path
+) -> None:
+    """On a cluster whose RayCluster CRD is the oldest supported KubeRay's (no spec.upgradeStrategy),
+    `method: crd` fails at preflight naming the value to change. (Server-side apply answers the undeclared
+    field with HTTP 500: preflight once failed on it with 'Kubernetes API error 500 Internal Server Error'
+    and nothing else.)"""
+    extra = ["--set", "rayCluster.upgradeStrategy.method=crd"]
+    inputs_ready(COLOCATED, "miles", namespace, extra)
+    crd, probe = tmp_path / "crd.json", tmp_path / "probe.json"
+    _serve_raycluster_schema(KUBERAY_CRDS / f"crds-{OLDEST_KUBERAY}" / "ray.io_rayclusters.yaml", crd)
+    try:
+        tb.wait_until("the old schema served", lambda: not _upgrade_strategy_served(probe), timeout=60)
+        out = install_fails(namespace, extra)
+    finally:
+        _serve_raycluster_schema(KUBERAY_CRDS / "crds" / "ray.io_rayclusters.yaml", crd)
+        tb.wait_until("the testbed's schema again", lambda: _upgrade_strategy_served(probe), timeout=60)
+    assert ".spec.upgradeStrategy: field not declared in schema" in out, out[-4000:]
+    assert "KubeRay 1.6 added it" in out, out[-4000:]
+    assert "rayCluster.upgradeStrategy.method: crd; set it to nameHash" in out, out[-4000:]
+    assert "Kubernetes API error 500" not in out, out[-4000:]
+
+
 def test_missing_secret(namespace: str, inputs_ready: Callable[..., Any]) -> None:
     inputs_ready(COLOCATED, "miles", namespace)
     tb.kubectl("-n", namespace, "delete", "secret", "hf-token")

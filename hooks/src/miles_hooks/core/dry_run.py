@@ -12,7 +12,6 @@ the update it would get.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,11 +103,7 @@ def candidates(objects: list[dict[str, Any]]) -> list[Candidate]:
 
 
 def _refusal(exc: Any) -> str:
-    try:
-        body = json.loads(exc.body)
-    except (TypeError, ValueError):
-        return f"HTTP {exc.status}: {exc.reason}"
-    return str(body.get("message") or f"HTTP {exc.status}: {exc.reason}")
+    return kube.server_message(exc) or f"HTTP {exc.status}: {exc.reason}"
 
 
 _POD_SECURITY = re.compile(r'violates PodSecurity "(?P<level>[a-z]+):')
@@ -118,6 +113,34 @@ def pod_security_hint(reason: str) -> str:
     """What to change when Pod Security admission refuses a pod: the namespace label that set the level."""
     m = _POD_SECURITY.search(reason)
     return "" if m is None else pod_security.enforce_hint(m.group("level"))
+
+
+# Server-side apply checks the object against the CRD's schema while building its typed patch and answers a
+# field the schema lacks with HTTP 500 (not 422): a refusal of the object all the same, never a server fault.
+_UNDECLARED_FIELD = re.compile(r"failed to create typed patch object|field not declared in schema")
+# fields the chart renders only on request that older KubeRay CRDs lack: the value that asked for each
+_NEWER_KUBERAY_FIELDS = {
+    ".spec.upgradeStrategy": (
+        "KubeRay 1.6",
+        "rayCluster.upgradeStrategy.method: crd; set it to nameHash",
+    ),
+}
+
+
+def schema_hint(reason: str) -> str:
+    """What to change when a CRD served here does not declare a field the chart rendered."""
+    if not _UNDECLARED_FIELD.search(reason):
+        return ""
+    for field, (since, value) in _NEWER_KUBERAY_FIELDS.items():
+        if field in reason:
+            return (
+                f"the CRD served here has no {field} ({since} added it): upgrade the KubeRay operator and "
+                f"its CRDs, or change {value}"
+            )
+    return (
+        "the CRD served here does not declare that field: its operator's CRDs are older than the "
+        "chart's (Chart.yaml miles.dev/kuberay-versions names the KubeRay versions it is tested with)"
+    )
 
 
 def send_all(api: kube.Api, batch: list[Candidate], namespace: str) -> list[Outcome]:
@@ -155,8 +178,8 @@ def _send(resources: Any, candidate: Candidate, namespace: str) -> Outcome:
             return Outcome(candidate.subject, unchecked=f"the hooks' account may not apply it: {reason}")
         if "does not support dry run" in reason:
             return Outcome(candidate.subject, unchecked=reason)
-        if exc.status in (400, 403, 404, 409, 422):
-            hint = pod_security_hint(reason)
+        if exc.status in (400, 403, 404, 409, 422) or _UNDECLARED_FIELD.search(reason):
+            hint = pod_security_hint(reason) or schema_hint(reason)
             return Outcome(candidate.subject, refused=f"{reason}; {hint}" if hint else reason)
         raise kube.translate(f"dry-running {candidate.subject}", exc) from exc
     return Outcome(candidate.subject)

@@ -135,10 +135,21 @@ class Gone(ApiError):
 _BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 403: Forbidden, 409: Conflict, 410: Gone}
 
 
+def server_message(exc: BaseException) -> str:
+    """The API server's own explanation (the ``message`` of the Status it answered), '' when absent."""
+    body = getattr(exc, "body", None)
+    try:
+        status = json.loads(body) if isinstance(body, (str, bytes)) else None
+    except ValueError:
+        return ""
+    return str(status.get("message") or "") if isinstance(status, dict) else ""
+
+
 def translate(what: str, exc: BaseException) -> ApiError:
     """The :class:`ApiError` subclass for the status of ``exc``, with a message naming ``what`` was
-    being done (and, for 403, what to change)."""
+    being done and the API server's own reason (and, for 403, what to change)."""
     code = status_of(exc)
+    said = server_message(exc)
     if code == 403:
         message = (
             f"{what}: forbidden (HTTP 403); the hook's Role/ClusterRole lacks this permission "
@@ -147,6 +158,8 @@ def translate(what: str, exc: BaseException) -> ApiError:
     else:
         reason = getattr(exc, "reason", None) or str(exc).splitlines()[0]
         message = f"{what}: Kubernetes API error {code or ''} {reason}".rstrip()
+    if said:
+        message += f": {said}"
     cls = _BY_STATUS.get(code, ApiError) if code is not None else ApiError
     return cls(message, code)
 
