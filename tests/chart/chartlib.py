@@ -113,7 +113,8 @@ def run_spec(documents: list[dict], name: str = f"{RELEASE}-run") -> dict:
 def kubeconform_cmd(schemas: pathlib.Path, kuberay: str) -> list[str]:
     """kubeconform, strict, against the Kubernetes schemas and the CRDs of KubeRay `kuberay`."""
     loc = (
-        f"{schemas}/kuberay-{kuberay}/{{{{ .NormalizedKubernetesVersion }}}}-standalone{{{{ .StrictSuffix }}}}/"
+        f"{schemas}/kuberay-{kuberay}/"
+        "{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/"
         "{{ .ResourceKind }}{{ .KindSuffix }}.json"
     )
     return [
