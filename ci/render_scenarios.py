@@ -45,20 +45,23 @@ KUBERAY_VERSIONS = pinned_versions()["KUBERAY_VERSIONS"].split()
 SCENARIOS: dict[str, list[str]] = scenario_files.scenarios()
 
 
-def helm_template(helm: str, files: list[str]) -> str:
+def helm_template(helm: str, files: list[str], extra: tuple[str, ...] = ()) -> str:
     args = [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION]
     for name in files:
         args += ["-f", str(ROOT / "values" / name)]
+    args += extra
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{helm} template failed:\n{done.stderr.strip()}")
     return done.stdout
 
 
-def kubeconform(manifest: str) -> str:
-    """Strict kubeconform against the CRDs of each supported KubeRay; one summary line per version."""
+def kubeconform(files: list[str]) -> str:
+    """Strict kubeconform of the scenario rendered for each supported KubeRay (rayCluster.operatorVersion)
+    against that KubeRay's CRDs; one summary line per version."""
     lines = []
     for kuberay in KUBERAY_VERSIONS:
+        manifest = helm_template("helm4", files, ("--set-string", f"rayCluster.operatorVersion={kuberay}"))
         schemas = SCHEMAS / f"kuberay-{kuberay}"
         if not schemas.is_dir():
             raise RuntimeError(f"{schemas} is missing: run `make tools` (it generates the schemas)")
@@ -105,7 +108,7 @@ def render(files: list[str]) -> tuple[str, list[dict[str, Any]]]:
 
 def summarise(name: str, files: list[str]) -> None:
     print(f"\n=== {name}  ({' + '.join(files)})")
-    manifest, objects = render(files)
+    _, objects = render(files)
     kinds = collections.Counter(str(obj["kind"]) for obj in objects)
     print("objects: " + ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items())))
     for obj in objects:
@@ -113,7 +116,7 @@ def summarise(name: str, files: list[str]) -> None:
         assert isinstance(meta, dict)
         hook = (meta.get("annotations") or {}).get("helm.sh/hook", "")
         print(f"  {obj['kind']:<24} {meta.get('name')}" + (f"   [hook: {hook}]" if hook else ""))
-    print("kubeconform: " + kubeconform(manifest))
+    print("kubeconform: " + kubeconform(files))
     spec = run_spec(objects)
     if spec is None:
         raise RuntimeError("no run spec ConfigMap (key run.json) was rendered")

@@ -137,7 +137,8 @@ def test_a_field_the_crd_lacks_names_the_value_that_rendered_it() -> None:
     )
     hint = dry_run.schema_hint(older)
     assert "KubeRay 1.6 added it" in hint
-    assert "rayCluster.upgradeStrategy.method: crd; set it to nameHash" in hint
+    assert "change rayCluster.operatorVersion to the operator's version" in hint
+    assert "set rayCluster.upgradeStrategy.method: nameHash" in hint
     other = dry_run.schema_hint(older.replace("upgradeStrategy", "somethingElse"))
     assert "does not declare that field" in other and "miles.dev/kuberay-versions" in other
     assert dry_run.schema_hint("exceeded quota: gpus") == ""

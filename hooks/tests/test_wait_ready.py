@@ -145,3 +145,39 @@ def test_diagnose_skips_ready_pods() -> None:
     ready = pod("a", phase="Running", conditions=[{"type": "Ready", "status": "True"}])
     pending = pod("b", phase="Pending")
     assert wr.diagnose([ready, pending], []) == ["pod b: Pending"]
+
+
+def ray_pod(name: str, node_type: str, ready: bool = True, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"ray.io/node-type": node_type}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-04T00:00:00Z"
+    cond = {"type": "Ready", "status": "True" if ready else "False"}
+    return {"metadata": meta, "status": {"phase": "Running", "conditions": [cond]}}
+
+
+def test_current_pods_ready_ignores_the_terminating_ones() -> None:
+    """After a Recreate upgrade (method crd) the old pods stay Ready while they terminate: they must not
+    count, and the new ones must all be there and Ready."""
+    old = [ray_pod("h-old", "head", deleting=True), ray_pod("w-old-1", "worker", deleting=True)]
+    old.append(ray_pod("w-old-2", "worker", deleting=True))
+    ok, reasons = wr.current_pods_readiness(old, 2)
+    assert not ok
+    assert reasons == [
+        "no head pod yet",
+        "0 of 2 worker pod(s) Ready (0 exist)",
+        "3 pod(s) of an earlier template still terminating",
+    ]
+    new = [ray_pod("h", "head"), ray_pod("w1", "worker"), ray_pod("w2", "worker", ready=False)]
+    ok, reasons = wr.current_pods_readiness(old + new, 2)
+    assert not ok and reasons[0] == "1 of 2 worker pod(s) Ready (2 exist)"
+    new[2] = ray_pod("w2", "worker")
+    assert wr.current_pods_readiness(old + new, 2) == (True, [])
+    assert wr.current_pods_readiness(new, 2) == (True, [])
+
+
+def test_current_pods_readiness_wants_the_exact_shape() -> None:
+    unready_head = [ray_pod("h", "head", ready=False), ray_pod("w1", "worker")]
+    assert wr.current_pods_readiness(unready_head, 1) == (False, ["the head pod is not Ready"])
+    extra = [ray_pod("h", "head"), ray_pod("w1", "worker"), ray_pod("w2", "worker")]
+    assert wr.current_pods_readiness(extra, 1) == (False, ["2 of 1 worker pod(s) Ready (2 exist)"])
+    assert wr.current_pods_readiness([], 0) == (False, ["no head pod yet"])

@@ -30,11 +30,17 @@ ALLOWLIST = REPO / "ci" / "checkov-allowlist.yaml"
 OLDEST_KUBERAY, NEWEST_KUBERAY = KUBERAY_VERSIONS[0], KUBERAY_VERSIONS[-1]
 
 
+def for_operator(kuberay: str) -> tuple[str, ...]:
+    return ("--set-string", f"rayCluster.operatorVersion={kuberay}")
+
+
 @pytest.mark.parametrize("kuberay", KUBERAY_VERSIONS)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_kubeconform_strict(scenario, kuberay, kubeconform_schemas, tmp_path):
+    """Each scenario rendered for each supported operator (rayCluster.operatorVersion) is valid against
+    that operator's CRDs."""
     manifest = tmp_path / f"{scenario}.yaml"
-    manifest.write_text(render("helm4", scenario))
+    manifest.write_text(render("helm4", scenario, for_operator(kuberay)))
     res = run([*kubeconform_cmd(kubeconform_schemas, kuberay), str(manifest)], check=False)
     report = json.loads(res.stdout)
     summary = report["summary"]
@@ -59,6 +65,7 @@ def test_kubeconform_strict_with_every_optional_object(kuberay, kubeconform_sche
         "--set", "rayCluster.gcsFaultTolerance.redisPasswordSecret=redis",
         "--set", "rayCluster.head.gpus=1",
         "--set", "scheduling.kueueQueue=team-a",
+        *for_operator(kuberay),
     )  # fmt: skip
     manifest = tmp_path / "optional.yaml"
     text = render("helm4", "colocated + reward", extra)
@@ -88,13 +95,17 @@ def test_kubeconform_strict_with_dynamic_fsx(kubeconform_schemas, tmp_path):
 
 
 def test_kubeconform_catches_a_field_the_raycluster_crd_lacks(kubeconform_schemas, tmp_path):
-    """Proves the generated RayCluster schema is strict: the oldest supported KubeRay has no
-    spec.upgradeStrategy (1.6 added it), so `method: crd` fails there and validates on the newest."""
-    manifest = tmp_path / "crd-upgrade.yaml"
-    manifest.write_text(render("helm4", "colocated", ("--set", "rayCluster.upgradeStrategy.method=crd")))
-    res = run([*kubeconform_cmd(kubeconform_schemas, OLDEST_KUBERAY), str(manifest)], check=False)
+    """Proves the generated RayCluster schema is strict and operatorVersion matters: the oldest supported
+    KubeRay has no spec.upgradeStrategy (1.6 added it), so the cluster rendered for the newest operator
+    (method crd) fails against the oldest CRD, validates against the newest, and the cluster rendered for
+    the oldest operator carries no upgradeStrategy."""
+    newest, oldest = tmp_path / "newest.yaml", tmp_path / "oldest.yaml"
+    newest.write_text(render("helm4", "colocated", for_operator(NEWEST_KUBERAY)))
+    oldest.write_text(render("helm4", "colocated", for_operator(OLDEST_KUBERAY)))
+    assert "upgradeStrategy:" in newest.read_text() and "upgradeStrategy:" not in oldest.read_text()
+    res = run([*kubeconform_cmd(kubeconform_schemas, OLDEST_KUBERAY), str(newest)], check=False)
     assert res.returncode != 0 and "upgradeStrategy" in res.stdout
-    res = run([*kubeconform_cmd(kubeconform_schemas, NEWEST_KUBERAY), str(manifest)], check=False)
+    res = run([*kubeconform_cmd(kubeconform_schemas, NEWEST_KUBERAY), str(newest)], check=False)
     assert res.returncode == 0, res.stdout[-4000:]
 
 

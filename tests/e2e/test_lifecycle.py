@@ -4,6 +4,7 @@ and report pods for real."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from collections.abc import Callable
@@ -111,15 +112,47 @@ def leftovers(release: str, ns: str) -> list[str]:
     return sorted(set(out))
 
 
-@pytest.mark.parametrize("helm_version", ["helm4", "helm3"])
-def test_colocated_lifecycle(helm_version: str, namespace: str, inputs_ready: Callable[..., Any]) -> None:
+def cluster_pods(ns: str, cluster: str) -> list[dict[str, Any]]:
+    return list(tb.kget("pods", ns, selector=f"ray.io/cluster={cluster}")["items"])
+
+
+def rfc3339(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def check_recreated(ns: str, cluster: str, before: set[str], wait_ready_end: float) -> None:
+    """upgradeStrategy crd: KubeRay kept the cluster's name and replaced every pod, and wait-ready returned
+    only once the new pods were all Ready (their Ready times are whole seconds, hence the floor)."""
+    pods = [p for p in cluster_pods(ns, cluster) if not p["metadata"].get("deletionTimestamp")]
+    assert pods and not {p["metadata"]["uid"] for p in pods} & before, "a pod of the old template survived"
+    for p in pods:
+        ready = next(c for c in p["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True", dump(p["status"])
+        became_ready = rfc3339(ready["lastTransitionTime"])
+        assert became_ready <= wait_ready_end, (
+            f"wait-ready ended at {wait_ready_end:.1f}, before pod {p['metadata']['name']} was Ready "
+            f"({ready['lastTransitionTime']})"
+        )
+
+
+@pytest.mark.parametrize(
+    ("helm_version", "upgrade_method"),
+    [("helm4", "crd"), ("helm3", "nameHash")],
+    ids=["helm4-crd", "helm3-nameHash"],
+)
+def test_colocated_lifecycle(
+    helm_version: str, upgrade_method: str, namespace: str, inputs_ready: Callable[..., Any]
+) -> None:
+    """Helm 4 with the default upgradeStrategy (method crd, rayCluster.operatorVersion 1.6.1); Helm 3 with
+    the method the chart picks for a KubeRay 1.5 operator (nameHash), which the testbed's 1.6 runs too."""
     rel = "miles"
     ns = namespace
-    inputs_ready(COLOCATED, rel, ns)
+    operator = [] if upgrade_method == "crd" else ["--set-string", "rayCluster.operatorVersion=1.5.0"]
+    inputs_ready(COLOCATED, rel, ns, operator)
     started = time.time()
 
     # install: hooks run in order, KubeRay reconciles the cluster, exactly one job with the derived entrypoint
-    tb.deploy(helm_version, "install", rel, ns, COLOCATED)
+    tb.deploy(helm_version, "install", rel, ns, COLOCATED, *operator)
     spec = tb.run_spec(ns, spec_fullname(ns, rel))
     steps = tb.hook_steps(tb.journal(ns, since=started))
     assert steps == HOOK_ORDER, steps
@@ -131,17 +164,34 @@ def test_colocated_lifecycle(helm_version: str, namespace: str, inputs_ready: Ca
     tb.helm(helm_version, "test", rel, "-n", ns, "--timeout", "5m")
     check_api_use(ns)
 
-    # upgrade with nothing changed: the same job, nothing new submitted, the same RayCluster
-    tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED)
+    assert ("upgradeStrategy" in rayclusters(ns)[0]["spec"]) == (upgrade_method == "crd")
+
+    # upgrade with nothing changed: the same job, nothing new submitted, the same RayCluster and pods
+    pods_before = {p["metadata"]["uid"] for p in cluster_pods(ns, cluster)}
+    tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED, *operator)
     jobs = tb.release_jobs(rel, ns)
     assert [j["submission_id"] for j in jobs] == [job["submission_id"]], jobs
     assert [r["metadata"]["name"] for r in rayclusters(ns)] == [cluster]
+    assert {p["metadata"]["uid"] for p in cluster_pods(ns, cluster)} == pods_before
 
-    # upgrade with a changed recipe and worker template: a new RayCluster, the old job stopped, one new job
-    changed = ["--set", "recipe.numRollout=7", "--set", "gpuPods.nccl.debug=INFO"]
+    # upgrade with a changed recipe and worker template: new Ray pods (crd: the same RayCluster's, nameHash:
+    # a new RayCluster's), the old job stopped, one new job
+    changed = [*operator, "--set", "recipe.numRollout=7", "--set", "gpuPods.nccl.debug=INFO"]
+    upgraded = time.time()
     tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED, *changed)
     spec2 = tb.run_spec(ns, spec_fullname(ns, rel))
-    assert spec2["rayCluster"]["name"] != cluster
+    if upgrade_method == "crd":
+        assert spec2["rayCluster"]["name"] == cluster
+        wait_ready = [e for e in tb.journal(ns, since=upgraded) if tb.hook_steps([e]) == ["wait-ready"]]
+        assert len(wait_ready) == 1, wait_ready
+        check_recreated(ns, cluster, pods_before, wait_ready[0]["end"])
+        tb.wait_until(
+            "the old pods to go",
+            lambda: not {p["metadata"]["uid"] for p in cluster_pods(ns, cluster)} & pods_before,
+            timeout=90,
+        )
+    else:
+        assert spec2["rayCluster"]["name"] != cluster
     tb.wait_until(
         "the old RayCluster to go",
         lambda: [r["metadata"]["name"] for r in rayclusters(ns)] == [spec2["rayCluster"]["name"]],

@@ -221,11 +221,11 @@ def _upgrade_strategy_served(scratch: Path) -> bool:
 def test_a_field_the_oldest_supported_kuberay_lacks(
     namespace: str, inputs_ready: Callable[..., Any], tmp_path: Path
 ) -> None:
-    """On a cluster whose RayCluster CRD is the oldest supported KubeRay's (no spec.upgradeStrategy),
-    `method: crd` fails at preflight naming the value to change. (Server-side apply answers the undeclared
-    field with HTTP 500: preflight once failed on it with 'Kubernetes API error 500 Internal Server Error'
-    and nothing else.)"""
-    extra = ["--set", "rayCluster.upgradeStrategy.method=crd"]
+    """On a cluster whose RayCluster CRD is the oldest supported KubeRay's (no spec.upgradeStrategy), the
+    defaults (rayCluster.operatorVersion 1.6.1, so upgradeStrategy method crd) fail at preflight naming the
+    values to change. (Server-side apply answers the undeclared field with HTTP 500: preflight once failed
+    on it with 'Kubernetes API error 500 Internal Server Error' and nothing else.)"""
+    extra: list[str] = []
     inputs_ready(COLOCATED, "miles", namespace, extra)
     crd, probe = tmp_path / "crd.json", tmp_path / "probe.json"
     _serve_raycluster_schema(KUBERAY_CRDS / f"crds-{OLDEST_KUBERAY}" / "ray.io_rayclusters.yaml", crd)
@@ -237,7 +237,8 @@ def test_a_field_the_oldest_supported_kuberay_lacks(
         tb.wait_until("the testbed's schema again", lambda: _upgrade_strategy_served(probe), timeout=60)
     assert ".spec.upgradeStrategy: field not declared in schema" in out, out[-4000:]
     assert "KubeRay 1.6 added it" in out, out[-4000:]
-    assert "rayCluster.upgradeStrategy.method: crd; set it to nameHash" in out, out[-4000:]
+    assert "change rayCluster.operatorVersion to the operator's version" in out, out[-4000:]
+    assert "set rayCluster.upgradeStrategy.method: nameHash" in out, out[-4000:]
     assert "Kubernetes API error 500" not in out, out[-4000:]
 
 

@@ -166,9 +166,18 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- end -}}
 {{- $rcName := default $full $v.rayCluster.name -}}
 {{- $maxLen := 53 -}}
-{{- if and (eq $v.rayCluster.upgradeStrategy.type "Recreate") (eq $v.rayCluster.upgradeStrategy.method "nameHash") -}}{{- $maxLen = 44 -}}{{- end -}}
+{{- $upgradeMethod := include "miles.upgradeMethod" . -}}
+{{- if eq $upgradeMethod "nameHash" -}}{{- $maxLen = 44 -}}{{- end -}}
+{{- $operator := toString $v.rayCluster.operatorVersion -}}
+{{- if not (include "miles.operatorVersionValid" .) -}}
+{{- $e = append $e (printf "rayCluster.operatorVersion: expected the KubeRay operator's version as MAJOR.MINOR[.PATCH] (e.g. 1.6.1), found %q" $operator) -}}
+{{- else if semverCompare "<1.5.0-0" $operator -}}
+{{- $e = append $e (printf "rayCluster.operatorVersion: expected 1.5 or newer (the oldest KubeRay the chart supports; upgrade the operator), found %q" $operator) -}}
+{{- else if and (eq $upgradeMethod "crd") (semverCompare "<1.6.0-0" $operator) -}}
+{{- $e = append $e (printf "rayCluster.upgradeStrategy.method: expected nameHash or empty with rayCluster.operatorVersion %s (spec.upgradeStrategy needs KubeRay 1.6 or newer), found crd" $operator) -}}
+{{- end -}}
 {{- if gt (len $rcName) $maxLen -}}
-{{- $e = append $e (printf "rayCluster.name: expected at most %d characters (53 minus the 9-character template hash with upgradeStrategy nameHash), found %d (%q)" $maxLen (len $rcName) $rcName) -}}
+{{- $e = append $e (printf "rayCluster.name: expected at most %d characters (53 minus the 9-character template hash with upgradeStrategy method nameHash), found %d (%q)" $maxLen (len $rcName) $rcName) -}}
 {{- else if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $rcName) -}}
 {{- $e = append $e (printf "rayCluster.name: expected a DNS-1035 name starting with a letter, found %q" $rcName) -}}
 {{- end -}}

@@ -12,7 +12,7 @@ Its hash names the cluster with upgradeStrategy nameHash (miles.rayClusterName).
 {{- $headGpus := int $rc.head.gpus -}}
 rayVersion: {{ $rc.rayVersion | quote }}
 enableInTreeAutoscaling: false
-{{- if and (eq $rc.upgradeStrategy.type "Recreate") (eq $rc.upgradeStrategy.method "crd") }}
+{{- if eq (include "miles.upgradeMethod" .) "crd" }}
 upgradeStrategy:
   type: Recreate
 {{- end }}
@@ -183,6 +183,30 @@ ulimit -n {{ $n }} || { echo "miles: cannot raise the open-files limit to {{ $n 
 {{- end -}}
 
 {{/*
+miles.upgradeMethod: how a Recreate upgrade is done: rayCluster.upgradeStrategy.method, or where it is
+empty `crd` for rayCluster.operatorVersion 1.6 or newer (the KubeRay release that added
+spec.upgradeStrategy) and `nameHash` below it; empty for type None. An operatorVersion that is not a
+version counts as below 1.6 here: miles.validate names it.
+*/}}
+{{- define "miles.upgradeMethod" -}}
+{{- $us := .Values.rayCluster.upgradeStrategy -}}
+{{- if eq $us.type "Recreate" -}}
+{{- if $us.method -}}
+{{- $us.method -}}
+{{- else if and (include "miles.operatorVersionValid" .) (semverCompare ">=1.6.0-0" (toString .Values.rayCluster.operatorVersion)) -}}
+crd
+{{- else -}}
+nameHash
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* miles.operatorVersionValid: "true" when rayCluster.operatorVersion reads as MAJOR.MINOR[.PATCH]. */}}
+{{- define "miles.operatorVersionValid" -}}
+{{- if regexMatch "^v?[0-9]+\\.[0-9]+(\\.[0-9]+)?$" (toString .Values.rayCluster.operatorVersion) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
 miles.rayClusterName: the RayCluster's name. With upgradeStrategy Recreate/nameHash it ends in 8 hex
 of a hash of the spec, so a changed pod template is a new cluster. The hash is taken over the spec in
 the layout earlier chart versions hashed (miles.rayClusterHashText), so that a chart upgrade that
@@ -190,8 +214,7 @@ renders the same cluster keeps its name.
 */}}
 {{- define "miles.rayClusterName" -}}
 {{- $base := default (include "miles.fullname" .) .Values.rayCluster.name -}}
-{{- $us := .Values.rayCluster.upgradeStrategy -}}
-{{- if and (eq .Values.mode "rayCluster") (eq $us.type "Recreate") (eq $us.method "nameHash") -}}
+{{- if and (eq .Values.mode "rayCluster") (eq (include "miles.upgradeMethod" .) "nameHash") -}}
 {{- printf "%s-%s" ($base | trunc 44 | trimSuffix "-") (include "miles.rayClusterHashText" (include "miles.rayClusterSpec" . | fromYaml) | sha256sum | trunc 8) -}}
 {{- else -}}
 {{- $base | trunc 53 | trimSuffix "-" -}}

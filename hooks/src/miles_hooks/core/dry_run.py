@@ -122,7 +122,8 @@ _UNDECLARED_FIELD = re.compile(r"failed to create typed patch object|field not d
 _NEWER_KUBERAY_FIELDS = {
     ".spec.upgradeStrategy": (
         "KubeRay 1.6",
-        "rayCluster.upgradeStrategy.method: crd; set it to nameHash",
+        "rayCluster.operatorVersion to the operator's version (below 1.6 the chart renders nameHash), "
+        "or set rayCluster.upgradeStrategy.method: nameHash",
     ),
 }
 

@@ -1,18 +1,22 @@
-"""wait-ready: watch the RayCluster until it is current and fully Ready, then check the GCS.
+"""wait-ready: watch the RayCluster until it is current and fully Ready, then its pods, then the GCS.
 
-One watch (``list`` + ``watch`` on the single object, field-selected by name) drives the wait, so the
-number of API requests does not grow with the number of nodes or with the time waited; it is logged as
-``api_requests``. Ready means: ``status.observedGeneration == metadata.generation``, ``HeadPodReady`` and
-``RayClusterProvisioned`` True (or ``state: ready`` on operators without conditions), and
-``readyWorkerReplicas == desiredWorkerReplicas == topology.workerReplicas`` (RayClusterProvisioned stays
-True after the first time, so the replica counts are what an upgrade waits on). Then
-``<dashboard>/api/gcs_healthz`` must answer ``success``. On timeout (exit 3) the pods of the cluster
-that are not Ready are listed with their Pending reasons and Warning events.
+Two watches drive the wait, so the number of API requests does not grow with the number of nodes or
+with the time waited; it is logged as ``api_requests``. First the RayCluster (field-selected by name):
+``status.observedGeneration == metadata.generation``, ``HeadPodReady`` and ``RayClusterProvisioned``
+True (or ``state: ready`` on operators without conditions), and ``readyWorkerReplicas ==
+desiredWorkerReplicas == topology.workerReplicas`` (RayClusterProvisioned stays True after the first
+time, so the replica counts are what an upgrade waits on). Then its pods (label ``ray.io/cluster``):
+one head and ``workerReplicas`` workers Ready among the pods not being deleted, because after a
+template change with upgradeStrategy ``crd`` the cluster keeps its name and KubeRay's status can still
+count the old pods while they terminate. Then ``<dashboard>/api/gcs_healthz`` must answer ``success``.
+On timeout (exit 3) the pods of the cluster that are not Ready are listed with their Pending reasons and
+Warning events.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from miles_hooks.core import kube, log
@@ -23,6 +27,7 @@ from miles_hooks.core.runspec import RunSpec
 LOG = log.get("wait-ready")
 
 CLUSTER_LABEL = "ray.io/cluster"
+NODE_TYPE_LABEL = "ray.io/node-type"
 BAD_WAITING = (
     "ImagePullBackOff",
     "ErrImagePull",
@@ -88,6 +93,30 @@ def pod_is_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
+def current_pods_readiness(pods: list[dict[str, Any]], expected_workers: int) -> tuple[bool, list[str]]:
+    """(ready, reasons it is not) for the pods of one RayCluster: one head and ``expected_workers``
+    workers, all Ready, counting only pods that are not being deleted. With upgradeStrategy crd KubeRay
+    keeps the cluster's name and replaces every pod after a template change; the status it reports in
+    between may still count the old pods, which stay Ready until they are gone."""
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    by_type: dict[str, list[dict[str, Any]]] = {"head": [], "worker": []}
+    for pod in live:
+        node_type = ((pod.get("metadata") or {}).get("labels") or {}).get(NODE_TYPE_LABEL)
+        by_type.setdefault(str(node_type), []).append(pod)
+    heads, workers = by_type["head"], by_type["worker"]
+    reasons: list[str] = []
+    if not heads:
+        reasons.append("no head pod yet")
+    elif not any(pod_is_ready(p) for p in heads):
+        reasons.append("the head pod is not Ready")
+    ready_workers = sum(1 for p in workers if pod_is_ready(p))
+    if ready_workers != expected_workers or len(workers) != expected_workers:
+        reasons.append(f"{ready_workers} of {expected_workers} worker pod(s) Ready ({len(workers)} exist)")
+    if reasons and len(live) < len(pods):
+        reasons.append(f"{len(pods) - len(live)} pod(s) of an earlier template still terminating")
+    return not reasons, reasons
+
+
 def diagnose(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[str]:
     out = []
     for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
@@ -101,14 +130,27 @@ def diagnose(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[s
 # --------------------------------------------------------------------------- API side
 
 
-def watch_until_ready(api: kube.Api, spec: RunSpec, deadline: float) -> list[str]:
-    """Block on a watch of the RayCluster; returns [] when ready, else the last reasons at the deadline."""
+Judge = Callable[[list[dict[str, Any]]], tuple[bool, list[str]]]
+
+
+def _watch_until(
+    api: kube.Api,
+    what: str,
+    list_call: Callable[..., Any],
+    list_args: tuple[Any, ...],
+    selector: dict[str, str],
+    judge: Judge,
+    deadline: float,
+) -> list[str]:
+    """Keep the objects one watch selects (``list_call`` with ``selector``) and block until ``judge``
+    says they are ready: returns [] then, else the last reasons at the deadline. A watch without a
+    resource version replays every existing object as ADDED, so a fresh (or, after 410 Gone, renewed)
+    watch starts from an empty set; later watches resume from the last resource version seen."""
     # kubernetes is imported on use: the CLI that imports this step also runs convert in the miles image
     from kubernetes import watch  # noqa: PLC0415
 
-    name = spec.raw["rayCluster"]["name"]
-    expected = int(spec.raw["topology"]["workerReplicas"])
-    reasons = [f"RayCluster {name} not found in namespace {spec.namespace}"]
+    objects: dict[str, dict[str, Any]] = {}
+    reasons = judge([])[1]
     last_logged: list[str] = []
     resource_version: str | None = None
     while True:
@@ -116,41 +158,77 @@ def watch_until_ready(api: kube.Api, spec: RunSpec, deadline: float) -> list[str
         if remaining <= 0:
             return reasons
         w = watch.Watch()
-        kwargs: dict[str, Any] = {"field_selector": f"metadata.name={name}", "timeout_seconds": remaining}
+        kwargs: dict[str, Any] = {**selector, "timeout_seconds": remaining}
         if resource_version:
             kwargs["resource_version"] = resource_version
+        else:
+            objects.clear()
         try:
-            with kube.api_call(f"watching raycluster/{name}"):
-                for event in w.stream(
-                    api.custom().list_namespaced_custom_object,
-                    kube.RAY_GROUP,
-                    kube.RAY_VERSION,
-                    spec.namespace,
-                    kube.RAY_PLURAL,
-                    **kwargs,
-                ):
+            with kube.api_call(f"watching {what}"):
+                for event in w.stream(list_call, *list_args, **kwargs):
                     kind, obj = event.get("type"), event.get("object")
                     if kind == "ERROR":
-                        resource_version = None  # 410 Gone: re-list
+                        resource_version = None  # 410 Gone: list again
                         break
-                    if not isinstance(obj, dict):
+                    if obj is None:
                         continue
-                    resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
-                    ready, reasons = cluster_readiness(None if kind == "DELETED" else obj, expected)
+                    body = obj if isinstance(obj, dict) else api.to_dict(obj)
+                    meta = body.get("metadata") or {}
+                    resource_version = meta.get("resourceVersion") or resource_version
+                    key = str(meta.get("name"))
+                    if kind == "DELETED":
+                        objects.pop(key, None)
+                    else:
+                        objects[key] = body
+                    ready, reasons = judge(list(objects.values()))
                     if ready:
                         w.stop()
                         return []
                     if reasons != last_logged:
-                        LOG.info(
-                            "waiting for the RayCluster",
-                            extra={"fields": {"raycluster": name, "reasons": reasons}},
-                        )
+                        LOG.info(f"waiting for the {what}", extra={"fields": {"reasons": reasons}})
                         last_logged = reasons
                     if time.monotonic() >= deadline:
                         w.stop()
                         return reasons
         except kube.Gone:  # the resource version expired: list again
             resource_version = None
+
+
+def watch_until_ready(api: kube.Api, spec: RunSpec, deadline: float) -> list[str]:
+    """Block on a watch of the RayCluster; returns [] when ready, else the last reasons at the deadline."""
+    name = spec.raw["rayCluster"]["name"]
+    expected = int(spec.raw["topology"]["workerReplicas"])
+
+    def judge(found: list[dict[str, Any]]) -> tuple[bool, list[str]]:
+        if not found:
+            return False, [f"RayCluster {name} not found in namespace {spec.namespace}"]
+        return cluster_readiness(found[0], expected)
+
+    return _watch_until(
+        api,
+        f"RayCluster {name}",
+        api.custom().list_namespaced_custom_object,
+        (kube.RAY_GROUP, kube.RAY_VERSION, spec.namespace, kube.RAY_PLURAL),
+        {"field_selector": f"metadata.name={name}"},
+        judge,
+        deadline,
+    )
+
+
+def watch_pods_until_current(api: kube.Api, spec: RunSpec, deadline: float) -> list[str]:
+    """Block on a watch of the cluster's pods until its current pods are Ready (current_pods_readiness);
+    returns [] then, else the last reasons at the deadline."""
+    name = spec.raw["rayCluster"]["name"]
+    expected = int(spec.raw["topology"]["workerReplicas"])
+    return _watch_until(
+        api,
+        f"pods of RayCluster {name}",
+        api.core().list_namespaced_pod,
+        (spec.namespace,),
+        {"label_selector": f"{CLUSTER_LABEL}={name}"},
+        lambda pods: current_pods_readiness(pods, expected),
+        deadline,
+    )
 
 
 def wait_gcs(dashboard_url: str, deadline: float) -> str:
@@ -195,7 +273,7 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
     requests = 0
     if raw["rayCluster"]["enabled"]:
         api = kube.connect()
-        reasons = watch_until_ready(api, spec, deadline)
+        reasons = watch_until_ready(api, spec, deadline) or watch_pods_until_current(api, spec, deadline)
         if reasons:
             details = reasons + _diagnose_via_api(api, spec)
             LOG.info("api usage", extra={"fields": {"api_requests": api.requests}})
