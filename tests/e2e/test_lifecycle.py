@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,8 +33,11 @@ def rayclusters(ns: str) -> list[dict[str, Any]]:
     return list(tb.kget("rayclusters.ray.io", ns)["items"])
 
 
+POOL_LABEL = "testbed.miles.dev/pool"
+
+
 def node_pool(node: str) -> str:
-    return str(tb.kget("node", name=node)["metadata"]["labels"].get("testbed.miles.dev/pool"))
+    return str(tb.kget("node", name=node)["metadata"]["labels"].get(POOL_LABEL))
 
 
 def check_cluster_shape(ns: str, spec: dict[str, Any]) -> str:
@@ -135,6 +139,54 @@ def check_recreated(ns: str, cluster: str, before: set[str], wait_ready_end: flo
         )
 
 
+HOLD = "testbed.miles.dev/hold"
+
+
+def upgrade_holding_the_old_workers(helm_version: str, rel: str, ns: str, cluster: str, *extra: str) -> None:
+    """`helm upgrade` while a finalizer keeps the old worker pods Terminating (and Ready, as on nodes that
+    are slow to stop them) and the other GPU nodes are cordoned: the new workers cannot start until the
+    old ones free their GPUs, as on a cluster whose GPU nodes are all in use. KubeRay's status counts the
+    old Ready workers meanwhile, so the cluster looks ready once the new head is; the hold is released
+    once wait-ready either says it waits for the cluster's pods or has finished, so a wait-ready that
+    trusted the status alone finishes before the new workers exist, and check_recreated sees it."""
+    workers = [
+        p for p in cluster_pods(ns, cluster) if p["metadata"]["labels"]["ray.io/node-type"] == "worker"
+    ]
+    busy = {p["spec"]["nodeName"] for p in workers}
+    nodes = tb.kget("nodes")["items"]
+    gpu_nodes = {n["metadata"]["name"] for n in nodes if n["metadata"]["labels"].get(POOL_LABEL) == "gpu"}
+    spare = sorted(gpu_nodes - busy)
+    hold = json.dumps({"metadata": {"finalizers": [HOLD]}})
+    unhold = json.dumps([{"op": "remove", "path": "/metadata/finalizers"}])
+    for pod in workers:
+        tb.kubectl("patch", "pod", pod["metadata"]["name"], "-n", ns, "--type=merge", "-p", hold)
+    for node in spare:
+        tb.kubectl("cordon", node)
+    started = time.time()
+    argv = tb.deploy_argv(helm_version, "upgrade", rel, ns, COLOCATED, *extra)
+    helm = subprocess.Popen(
+        argv, env=tb.tool_env(), cwd=tb.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+    def waiting_on_pods_or_done() -> bool:
+        if any(tb.hook_steps([e]) == ["wait-ready"] for e in tb.journal(ns, since=started)):
+            return True
+        log = tb.kubectl("logs", "-n", ns, f"job/{rel}-wait-ready", check=False).out
+        return "waiting for the pods of RayCluster" in log
+
+    try:
+        tb.wait_until("wait-ready to wait on the pods or finish", waiting_on_pods_or_done, timeout=420)
+    finally:
+        for pod in workers:
+            tb.kubectl(
+                "patch", "pod", pod["metadata"]["name"], "-n", ns, "--type=json", "-p", unhold, check=False
+            )
+        for node in spare:
+            tb.kubectl("uncordon", node, check=False)
+        out, _ = helm.communicate(timeout=900)
+    assert helm.returncode == 0, out[-4000:]
+
+
 @pytest.mark.parametrize(
     ("helm_version", "upgrade_method"),
     [("helm4", "crd"), ("helm3", "nameHash")],
@@ -178,7 +230,10 @@ def test_colocated_lifecycle(
     # a new RayCluster's), the old job stopped, one new job
     changed = [*operator, "--set", "recipe.numRollout=7", "--set", "gpuPods.nccl.debug=INFO"]
     upgraded = time.time()
-    tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED, *changed)
+    if upgrade_method == "crd":
+        upgrade_holding_the_old_workers(helm_version, rel, ns, cluster, *changed)
+    else:
+        tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED, *changed)
     spec2 = tb.run_spec(ns, spec_fullname(ns, rel))
     if upgrade_method == "crd":
         assert spec2["rayCluster"]["name"] == cluster

@@ -60,18 +60,19 @@ def vargs(values: list[Path]) -> list[str]:
 
 
 def audit_requests(pod: str) -> dict[str, Any]:
-    """Requests the pod made (its bound service-account token names it in every audit event)."""
+    """Requests the pod made (its bound service-account token names it in every audit event). A request
+    is one auditID: a watch is logged twice (stages ResponseStarted and ResponseComplete)."""
     path = tb.CLUSTER_DIR / "logs" / "audit.log"
-    count = 0
+    seen: set[str] = set()
     verbs: dict[str, int] = {}
     for line in path.read_text().splitlines():
         ev = json.loads(line)
         extra = (ev.get("user") or {}).get("extra") or {}
-        if pod in extra.get("authentication.kubernetes.io/pod-name", []):
-            count += 1
+        if pod in extra.get("authentication.kubernetes.io/pod-name", []) and ev.get("auditID") not in seen:
+            seen.add(str(ev.get("auditID")))
             key = f"{ev.get('verb')} {(ev.get('objectRef') or {}).get('resource', ev.get('requestURI'))}"
             verbs[key] = verbs.get(key, 0) + 1
-    return {"requests": count, "byVerbResource": dict(sorted(verbs.items()))}
+    return {"requests": len(seen), "byVerbResource": dict(sorted(verbs.items()))}
 
 
 def install(name: str, values: list[Path], extra: list[str], mirror: Path) -> dict[str, Any]:
