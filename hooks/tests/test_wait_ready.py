@@ -181,3 +181,55 @@ def test_current_pods_readiness_wants_the_exact_shape() -> None:
     extra = [ray_pod("h", "head"), ray_pod("w1", "worker"), ray_pod("w2", "worker")]
     assert wr.current_pods_readiness(extra, 1) == (False, ["2 of 1 worker pod(s) Ready (2 exist)"])
     assert wr.current_pods_readiness([], 0) == (False, ["no head pod yet"])
+
+
+def test_a_queued_suspended_cluster_waits_for_admission() -> None:
+    """Kueue holds a queued RayCluster with spec.suspend (KubeRay reports RayClusterSuspended): that is
+    waiting for admission, not a broken cluster; without the queue label nobody will resume it."""
+    queued = cluster(head="False", ready=0)
+    queued["metadata"].update(namespace="ml", labels={"kueue.x-k8s.io/queue-name": "team-a"})
+    queued["spec"] = {"suspend": True}
+    wait = raycluster.admission_wait(queued)
+    assert wait.startswith("waiting for admission: suspended until Kueue's LocalQueue 'team-a' admits it")
+    assert "kubectl get workloads -n ml" in wait
+    preempted = cluster()
+    preempted["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
+    preempted["status"]["conditions"].append({"type": "RayClusterSuspending", "status": "True"})
+    assert raycluster.admission_wait(preempted)
+    admitted = dict(queued, spec={"suspend": False})
+    assert raycluster.admission_wait(admitted) == "" and raycluster.admission_wait(None) == ""
+    orphan = cluster(head="False", ready=0)
+    orphan["spec"] = {"suspend": True}
+    assert raycluster.admission_wait(orphan) == ""
+    ok, reasons = raycluster.cluster_readiness(orphan, 2)
+    orphaned = "spec.suspend is true and no kueue.x-k8s.io/queue-name"
+    assert not ok and any(r.startswith(orphaned) for r in reasons)
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_readiness_clock_stops_while_the_queue_holds_the_cluster() -> None:
+    now = FakeTime()
+    clock = wr.ReadinessClock(600, now=now)
+    now.t += 100
+    assert clock.remaining() == 500
+    clock.hold(True)
+    now.t += 7200  # two hours in the queue
+    assert clock.remaining() == 500 and clock.held() == 7200
+    clock.hold(True)  # still held: nothing changes
+    now.t += 10
+    clock.hold(False)  # admitted
+    assert clock.held() == 7210 and clock.remaining() == 500
+    now.t += 450
+    assert clock.remaining() == 50
+    clock.hold(True)  # preempted and queued again
+    now.t += 30
+    clock.hold(False)
+    now.t += 50
+    assert clock.remaining() == 0 and clock.held() == 7240

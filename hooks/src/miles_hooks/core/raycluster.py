@@ -49,6 +49,30 @@ def _condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
     return None
 
 
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+SUSPENDED_CONDITIONS = ("RayClusterSuspended", "RayClusterSuspending")
+
+
+def admission_wait(obj: dict[str, Any] | None) -> str:
+    """Why the RayCluster waits for a queue to admit it, or "" when it does not: it is suspended
+    (``spec.suspend``, or KubeRay's suspended/suspending condition) and carries Kueue's queue label, so
+    Kueue resumes it once the LocalQueue admits it (and suspends it again when it is preempted). A
+    suspended cluster without the label is not waiting for anyone: that is cluster_readiness's case."""
+    if obj is None:
+        return ""
+    queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    suspended = (obj.get("spec") or {}).get("suspend") is True or any(
+        (_condition(obj, ctype) or {}).get("status") == "True" for ctype in SUSPENDED_CONDITIONS
+    )
+    if not (queue and suspended):
+        return ""
+    return (
+        f"waiting for admission: suspended until Kueue's LocalQueue {queue!r} admits it "
+        f"(kubectl get workloads -n {(obj.get('metadata') or {}).get('namespace')}); "
+        "the readiness timeout starts once it is admitted"
+    )
+
+
 def cluster_readiness(obj: dict[str, Any] | None, expected_workers: int) -> tuple[bool, list[str]]:
     """(ready, reasons it is not) for a RayCluster object as the API returns it."""
     if obj is None:
@@ -76,6 +100,11 @@ def cluster_readiness(obj: dict[str, Any] | None, expected_workers: int) -> tupl
             )
     elif status.get("state") != "ready":
         reasons.append(f"status.state is {status.get('state')!r}, expected 'ready'")
+    if (obj.get("spec") or {}).get("suspend") is True:
+        reasons.append(
+            f"spec.suspend is true and no {QUEUE_LABEL} label: nothing will resume it; set "
+            "scheduling.kueueQueue, or resume it (spec.suspend: false)"
+        )
     desired = status.get("desiredWorkerReplicas")
     ready = status.get("readyWorkerReplicas", 0) or 0
     if desired is None:

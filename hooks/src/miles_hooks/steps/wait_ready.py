@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from miles_hooks.core import kube, log
 from miles_hooks.core.errors import HookTimeout
-from miles_hooks.core.raycluster import cluster_readiness, gcs_health
+from miles_hooks.core.raycluster import admission_wait, cluster_readiness, gcs_health
 from miles_hooks.core.runspec import RunSpec
 
 LOG = log.get("wait-ready")
@@ -133,6 +134,38 @@ def diagnose(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[s
 Judge = Callable[[list[dict[str, Any]]], tuple[bool, list[str]]]
 
 
+@dataclass
+class ReadinessClock:
+    """checks.waitReadyTimeoutSeconds, not counting the time a queue holds the cluster back: while
+    held, the time left stays where it was, so a run Kueue admits hours later still gets its whole
+    readiness timeout (the hook Job's activeDeadlineSeconds and Helm's --timeout still bound it)."""
+
+    limit: float
+    now: Callable[[], float] = time.monotonic
+    started: float = field(init=False)
+    held_since: float | None = field(default=None, init=False)
+    held_before: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        self.started = self.now()
+
+    def hold(self, held: bool) -> None:
+        t = self.now()
+        if held and self.held_since is None:
+            self.held_since = t
+        elif not held and self.held_since is not None:
+            self.held_before += t - self.held_since
+            self.held_since = None
+
+    def held(self) -> float:
+        """Seconds held so far."""
+        ongoing = self.now() - self.held_since if self.held_since is not None else 0.0
+        return self.held_before + ongoing
+
+    def remaining(self) -> float:
+        return self.started + self.held() + self.limit - self.now()
+
+
 def _watch_until(
     api: kube.Api,
     what: str,
@@ -140,7 +173,7 @@ def _watch_until(
     list_args: tuple[Any, ...],
     selector: dict[str, str],
     judge: Judge,
-    deadline: float,
+    clock: ReadinessClock,
 ) -> list[str]:
     """Keep the objects one watch selects (``list_call`` with ``selector``) and block until ``judge``
     says they are ready: returns [] then, else the last reasons at the deadline. A watch without a
@@ -154,7 +187,7 @@ def _watch_until(
     last_logged: list[str] = []
     resource_version: str | None = None
     while True:
-        remaining = int(deadline - time.monotonic())
+        remaining = int(clock.remaining())
         if remaining <= 0:
             return reasons
         w = watch.Watch()
@@ -187,21 +220,27 @@ def _watch_until(
                     if reasons != last_logged:
                         LOG.info(f"waiting for the {what}", extra={"fields": {"reasons": reasons}})
                         last_logged = reasons
-                    if time.monotonic() >= deadline:
+                    if clock.remaining() <= 0:
                         w.stop()
                         return reasons
         except kube.Gone:  # the resource version expired: list again
             resource_version = None
 
 
-def watch_until_ready(api: kube.Api, spec: RunSpec, deadline: float) -> list[str]:
-    """Block on a watch of the RayCluster; returns [] when ready, else the last reasons at the deadline."""
+def watch_until_ready(api: kube.Api, spec: RunSpec, clock: ReadinessClock) -> list[str]:
+    """Block on a watch of the RayCluster; returns [] when ready, else the last reasons at the deadline.
+    While a queue holds the cluster back (admission_wait) the clock is held."""
     name = spec.raw["rayCluster"]["name"]
     expected = int(spec.raw["topology"]["workerReplicas"])
 
     def judge(found: list[dict[str, Any]]) -> tuple[bool, list[str]]:
         if not found:
+            clock.hold(False)
             return False, [f"RayCluster {name} not found in namespace {spec.namespace}"]
+        waiting = admission_wait(found[0])
+        clock.hold(bool(waiting))
+        if waiting:
+            return False, [waiting]
         return cluster_readiness(found[0], expected)
 
     return _watch_until(
@@ -211,11 +250,11 @@ def watch_until_ready(api: kube.Api, spec: RunSpec, deadline: float) -> list[str
         (kube.RAY_GROUP, kube.RAY_VERSION, spec.namespace, kube.RAY_PLURAL),
         {"field_selector": f"metadata.name={name}"},
         judge,
-        deadline,
+        clock,
     )
 
 
-def watch_pods_until_current(api: kube.Api, spec: RunSpec, deadline: float) -> list[str]:
+def watch_pods_until_current(api: kube.Api, spec: RunSpec, clock: ReadinessClock) -> list[str]:
     """Block on a watch of the cluster's pods until its current pods are Ready (current_pods_readiness);
     returns [] then, else the last reasons at the deadline."""
     name = spec.raw["rayCluster"]["name"]
@@ -227,7 +266,7 @@ def watch_pods_until_current(api: kube.Api, spec: RunSpec, deadline: float) -> l
         (spec.namespace,),
         {"label_selector": f"{CLUSTER_LABEL}={name}"},
         lambda pods: current_pods_readiness(pods, expected),
-        deadline,
+        clock,
     )
 
 
@@ -269,17 +308,18 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
     raw = spec.raw
     limit = float(timeout if timeout is not None else raw["checks"]["waitReadyTimeoutSeconds"])
     started = time.monotonic()
-    deadline = started + limit
+    clock = ReadinessClock(limit)
     requests = 0
     if raw["rayCluster"]["enabled"]:
         api = kube.connect()
-        reasons = watch_until_ready(api, spec, deadline) or watch_pods_until_current(api, spec, deadline)
+        reasons = watch_until_ready(api, spec, clock) or watch_pods_until_current(api, spec, clock)
+        held = f" (not counting {clock.held():.0f}s waiting for admission)" if clock.held() >= 1 else ""
         if reasons:
             details = reasons + _diagnose_via_api(api, spec)
             LOG.info("api usage", extra={"fields": {"api_requests": api.requests}})
             raise HookTimeout(
                 f"RayCluster {raw['rayCluster']['name']} not ready after {limit:.0f}s "
-                "(checks.waitReadyTimeoutSeconds):",
+                f"(checks.waitReadyTimeoutSeconds){held}:",
                 details,
             )
         requests = api.requests
@@ -289,12 +329,13 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
                 "fields": {
                     "raycluster": raw["rayCluster"]["name"],
                     "seconds": round(time.monotonic() - started, 1),
+                    "admission_wait_seconds": round(clock.held(), 1),
                     "api_requests": requests,
                 }
             },
         )
     else:
         LOG.info("rayCluster.enabled is false (singleNode): waiting for the pod-local Ray only")
-    detail = wait_gcs(spec.dashboard_url, deadline)
+    detail = wait_gcs(spec.dashboard_url, time.monotonic() + clock.remaining())
     LOG.info("Ray GCS healthy", extra={"fields": {"detail": detail}})
     return {"ready": True, "seconds": round(time.monotonic() - started, 2), "apiRequests": requests}
