@@ -340,6 +340,7 @@ OVERRIDES = {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
     },
+    "scheduling.kueuePriorityClass": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
     "networkPolicy.extraFrom": {"$ref": "#/definitions/networkPolicyPeers"},
     "serviceAccount.name": {
         "type": "string",

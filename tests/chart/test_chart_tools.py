@@ -65,6 +65,8 @@ def test_kubeconform_strict_with_every_optional_object(kuberay, kubeconform_sche
         "--set", "rayCluster.gcsFaultTolerance.redisPasswordSecret=redis",
         "--set", "rayCluster.head.gpus=1",
         "--set", "scheduling.kueueQueue=team-a",
+        "--set", "scheduling.kueuePriorityClass=research-high",
+        "--set", "rayCluster.labels.cost-center=ml",
         *for_operator(kuberay),
     )  # fmt: skip
     manifest = tmp_path / "optional.yaml"

@@ -60,6 +60,14 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* miles.kueueLabels: Kueue's queue and priority labels of the workload object (RayCluster or Job). */}}
+{{- define "miles.kueueLabels" -}}
+{{- $labels := dict -}}
+{{- with .Values.scheduling.kueueQueue }}{{ $_ := set $labels "kueue.x-k8s.io/queue-name" . }}{{ end -}}
+{{- with .Values.scheduling.kueuePriorityClass }}{{ $_ := set $labels "kueue.x-k8s.io/priority-class" . }}{{ end -}}
+{{- with $labels }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
 {{/* miles.imageRef: (dict "image" .Values.image "default" appVersion) -> repo@digest or repo:tag */}}
 {{- define "miles.imageRef" -}}
 {{- if .image.digest -}}

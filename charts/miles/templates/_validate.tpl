@@ -281,6 +281,16 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "scheduling.podLabels.%s: expected a label the chart does not set (its selectors, NetworkPolicies and KubeRay match on app.kubernetes.io/name, instance, component, part-of and ray.io/*), found %s" $k $k) -}}
 {{- end -}}
 {{- end -}}
+{{- range $k := keys ($v.rayCluster.labels | default dict) | sortAlpha -}}
+{{- if or (hasPrefix "app.kubernetes.io/" $k) (hasPrefix "helm.sh/" $k) (hasPrefix "ray.io/" $k) -}}
+{{- $e = append $e (printf "rayCluster.labels.%s: expected a label the chart does not set (app.kubernetes.io/*, helm.sh/*, ray.io/*), found %s" $k $k) -}}
+{{- else if has $k (list "kueue.x-k8s.io/queue-name" "kueue.x-k8s.io/priority-class") -}}
+{{- $e = append $e (printf "rayCluster.labels.%s: expected scheduling.%s instead (the chart sets that label from it), found %s in rayCluster.labels" $k (ternary "kueueQueue" "kueuePriorityClass" (hasSuffix "queue-name" $k)) $k) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.scheduling.kueuePriorityClass (not $v.scheduling.kueueQueue) -}}
+{{- $e = append $e (printf "scheduling.kueuePriorityClass: expected scheduling.kueueQueue to be set too (Kueue reads a priority class only on workloads it queues), found priority class %q and no queue" (toString $v.scheduling.kueuePriorityClass)) -}}
+{{- end -}}
 {{- /* every file the run reads or writes lives on the shared volume: elsewhere it is lost when the pod exits, and resume breaks */ -}}
 {{- $mount := trimSuffix "/" (toString $v.storage.mountPath) -}}
 {{- if or (eq $mount "") (eq $mount "/root/miles") (hasPrefix (printf "%s/" $mount) "/root/miles/") (hasPrefix "/root/miles/" $mount) -}}
