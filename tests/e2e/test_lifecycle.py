@@ -40,6 +40,10 @@ def node_pool(node: str) -> str:
     return str(tb.kget("node", name=node)["metadata"]["labels"].get(POOL_LABEL))
 
 
+def cluster_pods(ns: str, cluster: str) -> list[dict[str, Any]]:
+    return list(tb.kget("pods", ns, selector=f"ray.io/cluster={cluster}")["items"])
+
+
 def check_cluster_shape(ns: str, spec: dict[str, Any]) -> str:
     """The RayCluster is reconciled by KubeRay into a head on the CPU pool and the derived number of workers,
     one per GPU node; returns its name."""
@@ -51,7 +55,7 @@ def check_cluster_shape(ns: str, spec: dict[str, Any]) -> str:
     conds = {c["type"]: c["status"] for c in rc["status"].get("conditions", [])}
     assert conds.get("HeadPodReady") == "True", conds
     assert rc["status"].get("readyWorkerReplicas") == spec["topology"]["workerReplicas"]
-    pods = tb.kget("pods", ns, selector=f"ray.io/cluster={name}")["items"]
+    pods = cluster_pods(ns, name)
     heads = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
     workers = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
     assert len(heads) == 1
@@ -114,10 +118,6 @@ def leftovers(release: str, ns: str) -> list[str]:
     out += tb.kubectl("get", "clusterroles,clusterrolebindings", "-l", sel, "-o", "name").out.split()
     out += tb.kubectl("get", "pods", "-n", ns, "-o", "name").out.split()  # hook pods of any label
     return sorted(set(out))
-
-
-def cluster_pods(ns: str, cluster: str) -> list[dict[str, Any]]:
-    return list(tb.kget("pods", ns, selector=f"ray.io/cluster={cluster}")["items"])
 
 
 def rfc3339(stamp: str) -> float:
