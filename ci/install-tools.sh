@@ -226,6 +226,7 @@ build_cluster() {
   cluster_module etcd "" etcd=go.etcd.io/etcd/server/v3
   cluster_module kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
   cluster_module kuberay "" kuberay-operator=github.com/ray-project/kuberay/ray-operator
+  cluster_module kueue "" kueue=sigs.k8s.io/kueue/cmd/kueue
   # CRDs from the same pinned modules: KubeRay's, and kwok's Logs (so `kubectl logs` reaches runner pods).
   local src version
   mkdir -p "$tools/kuberay/crds" "$tools/kwok/crds"
@@ -241,6 +242,12 @@ build_cluster() {
   done
   src=$(module_dir kwok sigs.k8s.io/kwok)
   install -m 0644 "$src/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml" "$tools/kwok/crds/"
+  # Kueue's CRDs and webhook configurations, as its release manifests ship them (ci/cluster/kueue.sh points
+  # the webhooks at the local controller).
+  src=$(module_dir kueue sigs.k8s.io/kueue)
+  rm -rf "$tools/kueue" && mkdir -p "$tools/kueue/crds"
+  install -m 0644 "$src"/config/components/crd/bases/*.yaml "$tools/kueue/crds/"
+  install -m 0644 "$src/config/components/webhook/manifests.yaml" "$tools/kueue/webhooks.yaml"
 }
 
 # The real miles argument parser (PyPI miles-rl, which vendors miles/, megatron/ and sglang/) with the

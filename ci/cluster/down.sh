@@ -8,6 +8,7 @@ source "$here/lib.sh"
 
 [[ -d "$CLUSTER_DIR/run" ]] || { log "no testbed state in $CLUSTER_DIR: nothing to stop"; exit 0; }
 [[ -d $CLUSTER_DIR/node ]] && "$here/node.sh" down   # the real node, when one joined
+[[ -d $CLUSTER_DIR/kueue ]] && "$here/kueue.sh" down  # Kueue, when a test started it
 stop_proc pod-runner            # first: it stops the hook processes it runs
 others=()
 for f in "$CLUSTER_DIR"/run/*.pid; do [[ -e $f ]] && others+=("$(basename "$f" .pid)"); done

@@ -11,6 +11,7 @@ claim and the `hf-token` Secret, and removes everything at the end.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -46,8 +47,10 @@ def testbed() -> Iterator[Path]:
             tb.down()
 
 
-@pytest.fixture
-def namespace(testbed: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def release_namespace() -> Iterator[str]:
+    """A namespace of its own with the shared-storage claim and the `hf-token` Secret; on exit every release
+    in it is uninstalled, its Ray jobs stopped and everything removed."""
     # Every release of the e2e tests shares the one local Ray head: a worker still joined from an earlier
     # test would be counted by this test's `verify` (on a real cluster each release has its own head).
     tb.wait_for_no_ray_workers(None, 120)
@@ -73,6 +76,19 @@ def namespace(testbed: Path) -> Iterator[str]:
         tb.kubectl("delete", "namespace", ns, "--wait=false", check=False, timeout=90)
         tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), "--delete", ns, "fsx-claim"], check=False)
         tb.wait_for_no_ray_workers(ns, 120)
+
+
+@pytest.fixture
+def namespace(testbed: Path) -> Iterator[str]:
+    with release_namespace() as ns:
+        yield ns
+
+
+@pytest.fixture
+def second_namespace(namespace: str) -> Iterator[str]:
+    """Another namespace like `namespace`, for tests of two releases side by side."""
+    with release_namespace() as ns:
+        yield ns
 
 
 @pytest.fixture
