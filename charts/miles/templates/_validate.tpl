@@ -288,6 +288,26 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "rayCluster.labels.%s: expected scheduling.%s instead (the chart sets that label from it), found %s in rayCluster.labels" $k (ternary "kueueQueue" "kueuePriorityClass" (hasSuffix "queue-name" $k)) $k) -}}
 {{- end -}}
 {{- end -}}
+{{- /* HyperPod's job auto-resume works through the Kubeflow training operator (PyTorchJob): on a RayCluster,
+a Job or a pod these annotations promise a recovery nothing performs */ -}}
+{{- $annotationMaps := list (list "rayCluster.annotations" $v.rayCluster.annotations) (list "rayCluster.head.annotations" $v.rayCluster.head.annotations) (list "gpuPods.annotations" $v.gpuPods.annotations) (list "scheduling.podAnnotations" $v.scheduling.podAnnotations) -}}
+{{- range $step := keys $v.hooks | sortAlpha -}}
+{{- $cfg := index $v.hooks $step -}}
+{{- if kindIs "map" $cfg -}}
+{{- range $field := list "annotations" "podAnnotations" -}}
+{{- if kindIs "map" (index $cfg $field) -}}
+{{- $annotationMaps = append $annotationMaps (list (printf "hooks.%s.%s" $step $field) (index $cfg $field)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $entry := $annotationMaps -}}
+{{- range $k := keys ((index $entry 1) | default dict) | sortAlpha -}}
+{{- if has $k (list "sagemaker.amazonaws.com/enable-job-auto-resume" "sagemaker.amazonaws.com/job-max-retry-count") -}}
+{{- $e = append $e (printf "%s.%s: expected no HyperPod job auto-resume annotation (HyperPod auto-resumes Kubeflow PyTorchJobs only; for a Ray run it reboots or replaces the faulty node and KubeRay recreates the pods: docs/chart.md, HyperPod), found %s" (index $entry 0) $k $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if and $v.scheduling.kueuePriorityClass (not $v.scheduling.kueueQueue) -}}
 {{- $e = append $e (printf "scheduling.kueuePriorityClass: expected scheduling.kueueQueue to be set too (Kueue reads a priority class only on workloads it queues), found priority class %q and no queue" (toString $v.scheduling.kueuePriorityClass)) -}}
 {{- end -}}
