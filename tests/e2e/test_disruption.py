@@ -54,8 +54,9 @@ def test_a_convert_pod_lost_to_a_drain_is_replaced_and_the_install_completes(
     extra.write_text(
         yaml.safe_dump({"model": {"hfPath": f"models/e2e-drain-{ns}/Qwen3-4B"}, "hooks": {"extraEnv": env}})
     )
+    argv = tb.deploy_argv("helm4", "install", rel, ns, [*COLOCATED, extra])
     install = subprocess.Popen(
-        tb.deploy_argv("helm4", "install", rel, ns, [*COLOCATED, extra]),
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -77,7 +78,8 @@ def test_a_convert_pod_lost_to_a_drain_is_replaced_and_the_install_completes(
         node = ""
         release.touch()
         out, _ = install.communicate(timeout=600)
-        assert install.returncode == 0, out[-4000:]
+        rc, out = tb.after_status_race(argv, install.returncode, out)
+        assert rc == 0, out[-4000:]
     finally:
         if install.poll() is None:
             install.kill()

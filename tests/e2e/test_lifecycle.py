@@ -184,7 +184,8 @@ def upgrade_holding_the_old_workers(helm_version: str, rel: str, ns: str, cluste
         for node in spare:
             tb.kubectl("uncordon", node, check=False)
         out, _ = helm.communicate(timeout=900)
-    assert helm.returncode == 0, out[-4000:]
+    rc, out = tb.after_status_race(argv, helm.returncode, out)
+    assert rc == 0, out[-4000:]
 
 
 @pytest.mark.parametrize(

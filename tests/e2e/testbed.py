@@ -105,10 +105,12 @@ def helm(version: str, *args: str, check: bool = True, timeout: float = 900) -> 
 def deploy_argv(
     version: str, verb: str, release: str, namespace: str, values: list[Path], *extra: str
 ) -> list[str]:
-    """helm install/upgrade of the chart with the value files in order, waiting as a user would."""
+    """helm install/upgrade of the chart with the value files in order, waiting as a user would; Helm 4
+    with --debug, whose log tells its hook status race (below) from a failed hook."""
     files = [arg for path in values for arg in ("-f", str(path))]
     chart = [str(CHART), "-n", namespace, *files, *extra, "--wait", "--timeout", "8m"]
-    return [str(TOOLS_BIN / version), verb, release, *chart]
+    debug = ["--debug"] if version == "helm4" else []
+    return [str(TOOLS_BIN / version), verb, release, *chart, *debug]
 
 
 # Helm 4.3's CLI waits for hook Jobs with fluxcd cli-utils' status watcher and 8 status-compute workers.
@@ -119,39 +121,53 @@ def deploy_argv(
 STALE_HOOK_STATUS = re.compile(r"resource Job/(?P<ns>[^/\s]+)/(?P<name>\S+) not ready\. status: InProgress")
 
 
-def helm4_stale_hook_status(output: str) -> str | None:
-    """The Job ("namespace/name") when Helm 4's output (with --debug) shows exactly that race and the API
-    server holds the Job Complete; None for any other failure."""
+def stale_hook_job(output: str) -> tuple[str, str] | None:
+    """(namespace, name) of the hook Job when Helm 4's output (with --debug) shows that race: the error,
+    and after the last "waiting for resources" before it, Helm's own "all resources achieved desired
+    status"; None for any other output."""
     m = STALE_HOOK_STATUS.search(output)
     if not m:
         return None
     wait = output.rfind('msg="waiting for resources"', 0, m.start())
     if wait < 0 or 'msg="all resources achieved desired status"' not in output[wait : m.start()]:
         return None
-    job = kubectl("get", "job", m["name"], "-n", m["ns"], "-o", "json", check=False)
+    return m["ns"], m["name"]
+
+
+def helm4_stale_hook_status(output: str) -> str | None:
+    """The Job ("namespace/name") when the output shows the race (stale_hook_job) and the API server holds
+    the Job Complete; None for any other failure."""
+    found = stale_hook_job(output)
+    if not found:
+        return None
+    ns, name = found
+    job = kubectl("get", "job", name, "-n", ns, "-o", "json", check=False)
     if job.rc != 0:
         return None
     conditions = json.loads(job.out).get("status", {}).get("conditions", [])
     if not any(c["type"] == "Complete" and c["status"] == "True" for c in conditions):
         return None
-    return f"{m['ns']}/{m['name']}"
+    return f"{ns}/{name}"
 
 
-def deploy(version: str, verb: str, release: str, namespace: str, values: list[Path], *extra: str) -> Result:
-    """deploy_argv, run; Helm 4 with --debug, and when it fails on the status race above, `helm upgrade`
-    again, as a user would (every hook is idempotent and submit never submits twice)."""
-    debug = ["--debug"] if version == "helm4" else []
-    res = run([*deploy_argv(version, verb, release, namespace, values, *extra), *debug], check=False)
-    raced = helm4_stale_hook_status(res.out + res.err) if res.rc != 0 and debug else None
-    if raced:
-        sys.stderr.write(f"Helm 4 failed hook Job {raced} although it completed (status race): upgrading\n")
-        res = run([*deploy_argv(version, "upgrade", release, namespace, values, *extra), *debug], check=False)
-    if res.rc != 0:
-        raise CommandFailedError(
-            f"helm {verb} {release} exited {res.rc}\n--- stdout\n{res.out[-4000:]}\n"
-            f"--- stderr\n{res.err[-4000:]}"
-        )
-    return res
+def after_status_race(argv: list[str], rc: int, output: str) -> tuple[int, str]:
+    """(rc, output) of a finished deploy_argv command; when Helm 4 failed it on the status race above, those
+    of `helm upgrade` with the same arguments, run again as a user would (every hook is idempotent, submit
+    never submits twice)."""
+    raced = helm4_stale_hook_status(output) if rc != 0 and Path(argv[0]).name == "helm4" else None
+    if not raced:
+        return rc, output
+    sys.stderr.write(f"Helm 4 failed hook Job {raced} although it completed (status race): upgrading\n")
+    res = run([argv[0], "upgrade", *argv[2:]], check=False)
+    return res.rc, res.out + res.err
+
+
+def deploy(version: str, verb: str, release: str, namespace: str, values: list[Path], *extra: str) -> None:
+    argv = deploy_argv(version, verb, release, namespace, values, *extra)
+    res = run(argv, check=False)
+    rc, out = after_status_race(argv, res.rc, res.out + res.err)
+    if rc != 0:
+        raise CommandFailedError(f"helm {verb} {release} exited {rc}\n{out[-8000:]}")
 
 
 def uninstall_cleanly(version: str, release: str, namespace: str, leftovers: Any) -> None:
