@@ -5,6 +5,7 @@
 #                                             for CPython 3.12 on x86_64 manylinux, with every file's sha256
 #   images/reward-service/requirements.lock   the reward-service image, the same way
 #   images/reward-service/requirements-reward-model.lock   its reward_model backend (WITH_REWARD_MODEL=1)
+#   ci/images/miles-standin/requirements.lock  the testbed's stand-in for the miles image: Ray within ci/requirements.lock
 # The image locks are installed with `pip install --require-hashes`: a file whose hash is not listed is refused.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,5 +33,6 @@ image_lock() { # requirements output [constraints]
 }
 image_lock hooks/requirements.txt images/hooks-requirements.lock ci/requirements.lock
 image_lock images/reward-service/requirements.txt images/reward-service/requirements.lock
+image_lock ci/images/miles-standin/requirements.txt ci/images/miles-standin/requirements.lock ci/requirements.lock
 image_lock images/reward-service/requirements-reward-model.txt images/reward-service/requirements-reward-model.lock \
   images/reward-service/requirements.lock

@@ -3,6 +3,8 @@
 #   python-base    stand-in for python:3.12-slim: mmdebstrap'd Debian bookworm + this machine's CPython 3.12
 #   miles-hooks    images/hooks.Dockerfile, unchanged, on that base (--build-arg PYTHON_IMAGE)
 #   miles-reward   images/reward-service/Dockerfile, unchanged, on that base
+#   miles-standin  the testbed's CPU stand-in for the miles image (ci/images/miles-standin): Ray from its hashed
+#                  lock and ci/cluster/fake-miles at /root/miles, on that base; the Ray head on the real node
 #   pause          the pod sandbox image of the real node's containerd, compiled from the pinned Kubernetes
 #                  module's build/pause and tagged as the kubelet's default (registry.k8s.io/pause:TAG)
 # buildah's storage and the exported OCI archives live in one cache shared by every clone on the machine
@@ -131,17 +133,19 @@ pause_image() {
 }
 
 main() {
-  local base hooks reward pause
+  local base hooks reward standin pause
   mkdir -p "$cache"
   base=$(python_base)
   hooks=$(build miles-hooks "$root/images/hooks.Dockerfile" "$root" "$base")
   reward=$(build miles-reward "$root/images/reward-service/Dockerfile" "$root/images/reward-service" "$base")
+  standin=$(build miles-standin "$here/miles-standin/Containerfile" "$root" "$base")
   pause=$(pause_image)
   mkdir -p "$manifest_dir"
   {
     printf '{"python-base": {"image": "%s", "id": "%s"}' "$base" "$(image_id "$base")"
     printf ',\n "miles-hooks": %s' "$(export_archive miles-hooks "$hooks")"
     printf ',\n "miles-reward": %s' "$(export_archive miles-reward "$reward")"
+    printf ',\n "miles-standin": %s' "$(export_archive miles-standin "$standin")"
     printf ',\n "pause": %s}\n' "$(export_archive pause "$pause" "$(pause_ref)")"
   } >"$manifest_dir/manifest.json.part"
   mv "$manifest_dir/manifest.json.part" "$manifest_dir/manifest.json"

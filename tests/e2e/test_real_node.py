@@ -6,7 +6,13 @@ a bad securityContext.
 
 from __future__ import annotations
 
+import base64
 import json
+import resource
+import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +25,7 @@ pytestmark = pytest.mark.cluster
 
 NODE = "real-cpu-0"
 HOOKS_IMAGE = "localhost/miles-hooks:testbed"
+STANDIN_IMAGE = "localhost/miles-standin:testbed"  # the testbed's stand-in for the miles image
 NODE_SH = str(tb.REPO / "ci" / "cluster" / "node.sh")
 
 
@@ -31,10 +38,10 @@ def real_node(testbed: Path) -> Iterator[str]:
         tb.run([NODE_SH, "down"], check=False, timeout=300)
 
 
-def rendered(namespace: str) -> list[dict[str, Any]]:
+def rendered(namespace: str, *extra: str) -> list[dict[str, Any]]:
     values = [tb.REPO / "values" / "values-local-testbed.yaml", tb.REPO / "values" / "values-colocated.yaml"]
     files = [arg for path in values for arg in ("-f", str(path))]
-    out = tb.helm("helm4", "template", "real", str(tb.CHART), "-n", namespace, *files).out
+    out = tb.helm("helm4", "template", "real", str(tb.CHART), "-n", namespace, *files, *extra).out
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -115,3 +122,106 @@ def test_the_kubelet_refuses_a_security_context_that_breaks_non_root(real_node: 
 
     message = tb.wait_until("the kubelet to refuse the container", refused, 120)
     assert "non-root" in message
+
+
+def on_the_real_node(cluster: dict[str, Any]) -> dict[str, Any]:
+    """The chart's RayCluster with its head placed on the real node (sized for it) and no workers: the
+    simulated GPU workers would join the testbed's local head, not this one."""
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    head["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    head["tolerations"] = [
+        *head.get("tolerations", []),
+        {"key": "miles-testbed/real-node", "operator": "Exists"},
+    ]
+    head["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", "memory": "1Gi"},
+        "limits": {"cpu": "2", "memory": "4Gi"},
+    }
+    for group in cluster["spec"]["workerGroupSpecs"]:
+        group["replicas"] = group["minReplicas"] = group["maxReplicas"] = 0
+    return cluster
+
+
+def dashboard(address: str, path: str, token: str | None) -> tuple[int, bytes] | None:
+    """(status, body) of a request to the head's dashboard; None while it does not answer."""
+    req = urllib.request.Request(f"http://{address}:8265{path}")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return None
+
+
+def test_the_charts_ray_head_runs_as_a_real_container(real_node: str, namespace: str) -> None:
+    """The chart's RayCluster, reconciled by the real KubeRay operator, its head on the real node from the
+    stand-in miles image: KubeRay's command, env and HTTP probes around the chart's head template (the
+    open-files wrapper, /dev/shm, the shared volume, token auth from the Secret) start a real Ray head,
+    which KubeRay's readiness probe finds Ready; its Jobs API answers with the token and refuses without."""
+    image = ["--set", "image.repository=localhost/miles-standin", "--set", "image.tag=testbed"]
+    # The chart's head raises its open-files limit or exits naming the value: the node's containerd passes
+    # on this machine's hard limit (20000 here, far above on EKS's AMIs), so ask for no more than that.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    limit = ["--set", f"rayCluster.workers.openFilesLimit={min(65536, hard)}"]
+    docs = rendered(namespace, *image, *limit, "--set", "image.pullPolicy=Never")
+    apply(namespace, *(d for d in docs if d["kind"] in ("ConfigMap", "ServiceAccount")))
+    # the testbed overlay names the token Secret storage.sh puts in every namespace
+    secret = tb.kget("secret", namespace, "testbed-ray-auth")
+    token = base64.b64decode(secret["data"]["token"]).decode().strip()
+    cluster = next(d for d in docs if d["kind"] == "RayCluster")
+    name = cluster["metadata"]["name"]
+    apply(namespace, on_the_real_node(cluster))
+
+    def head() -> dict[str, Any] | None:
+        pods = tb.kget("pods", namespace, selector=f"ray.io/cluster={name},ray.io/node-type=head")["items"]
+        ready = [
+            p
+            for p in pods
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        ]
+        return ready[0] if ready else None
+
+    started = time.monotonic()
+    try:
+        pod = tb.wait_until("the Ray head on the real node to be Ready", head, 420, interval=2)
+    except AssertionError as exc:
+        selector = f"ray.io/cluster={name},ray.io/node-type=head"
+        described = tb.kubectl("describe", "pods", "-n", namespace, "-l", selector, check=False).out
+        logs = tb.kubectl("logs", "-n", namespace, "-l", selector, "--tail=40", check=False)
+        previous = tb.kubectl("logs", "-n", namespace, "-l", selector, "--previous", "--tail=40", check=False)
+        raise AssertionError(
+            f"{exc}\n--- logs\n{logs.out}{logs.err}\n--- previous\n{previous.out}{previous.err}\n"
+            f"--- described\n{described[-5000:]}"
+        ) from exc
+    sys.stderr.write(f"Ray head Ready on the real node in {time.monotonic() - started:.0f}s\n")
+    assert pod["spec"]["nodeName"] == real_node
+    container = pod["spec"]["containers"][0]
+    assert container["image"] == STANDIN_IMAGE
+    assert container["readinessProbe"].get("httpGet"), container["readinessProbe"]  # KubeRay's, Ray >= 2.53
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    address = pod["status"]["podIP"]
+    assert address.startswith("10.251.")
+
+    # Ready means the raylet's agent answers (KubeRay's probe); the dashboard process may come up later
+    status, _ = tb.wait_until(
+        "the head's dashboard to answer", lambda: dashboard(address, "/api/version", None), 120, interval=2
+    )
+    assert status in (401, 403), f"the head answered {status} without the token"
+    status, body = dashboard(address, "/api/version", token) or (0, b"no answer")
+    assert status == 200, body[:500]
+    assert (
+        json.loads(body)["ray_version"]
+        == yaml.safe_load((tb.CHART / "values.yaml").read_text())["rayCluster"]["rayVersion"]
+    )
+    status, body = dashboard(address, "/api/v0/nodes?limit=10", token) or (0, b"no answer")
+    assert status == 200, body[:500]
+    (node,) = json.loads(body)["data"]["result"]["result"]
+    # the chart's head takes no work: 0 CPUs, 0 GPUs
+    assert (
+        node["is_head_node"]
+        and not node["resources_total"].get("CPU")
+        and not node["resources_total"].get("GPU")
+    )

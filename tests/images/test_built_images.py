@@ -1,7 +1,8 @@
 """The hooks and reward-service images as built from the product's own Dockerfiles (ci/images/build.sh),
 run by a real containerd + runc: the user, entrypoint and read-only root the chart relies on, every
 module the image ships importable inside it, and nothing of the build's trust material or any credential
-left in a layer."""
+left in a layer. Also the testbed's stand-in for the miles image: the Ray the chart expects, where KubeRay
+looks for it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from image_runtime import NAMESPACE, BuiltImage, Containerd
 
+REPO = Path(__file__).resolve().parents[2]
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
 # a writable /tmp as the chart gives every container (an emptyDir)
 TMP = "type=tmpfs,src=tmpfs,dst=/tmp,options=rw:nosuid:nodev:mode=1777"
@@ -102,6 +105,28 @@ def test_every_hooks_module_imports_inside_the_image(
     assert "cli.py" in listing.split() or "__init__.py" in listing.split()
 
 
+def test_miles_standin_has_the_charts_ray_where_kuberay_runs_it(
+    containerd: Containerd, built_images: dict[str, BuiltImage]
+) -> None:
+    """KubeRay starts the head and workers with `ray start` from PATH (its probes are HTTP GETs from Ray
+    2.53 on, no wget needed): the stand-in has the chart's rayCluster.rayVersion in the system Python, as
+    the miles image has, and /root/miles as the submitted job expects it."""
+    values = yaml.safe_load((REPO / "charts" / "miles" / "values.yaml").read_text())
+    probe = run(
+        containerd,
+        built_images["miles-standin"],
+        "standin-ray",
+        "sh",
+        "-c",
+        "id -u; command -v ray; ray --version; ls /root/miles",
+    )
+    uid, ray_path, version_line, *listing = probe.split("\n")
+    assert uid == "0"  # as miles runs
+    assert ray_path == "/usr/local/bin/ray"
+    assert version_line.endswith(f"version {values['rayCluster']['rayVersion']}"), version_line
+    assert {"train.py", "train_async.py", "miles", "tools"} <= set(listing)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -173,7 +198,7 @@ def _host_local_cas() -> list[bytes]:
     return bodies
 
 
-@pytest.mark.parametrize("name", ["miles-hooks", "miles-reward"])
+@pytest.mark.parametrize("name", ["miles-hooks", "miles-reward", "miles-standin"])
 def test_no_build_trust_material_or_credential_in_any_layer(
     built_images: dict[str, BuiltImage], name: str
 ) -> None:
