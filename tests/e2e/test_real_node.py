@@ -225,3 +225,52 @@ def test_the_charts_ray_head_runs_as_a_real_container(real_node: str, namespace:
         and not node["resources_total"].get("CPU")
         and not node["resources_total"].get("GPU")
     )
+
+
+def test_the_charts_reward_service_runs_as_a_real_container(real_node: str, namespace: str) -> None:
+    """The chart's reward Deployment (values-reward.yaml) on the real node from the reward image built here:
+    its securityContext, read-only root with the /tmp emptyDir, the shared volume and its readiness probe on
+    /ready hold in a real container, and it scores a sample."""
+    values = ["-f", str(tb.REPO / "values" / "values-reward.yaml")]
+    image = ["--set", "reward.image.repository=localhost/miles-reward", "--set", "reward.image.tag=testbed"]
+    docs = rendered(namespace, *values, *image, "--set", "reward.image.pullPolicy=Never")
+    apply(namespace, *(d for d in docs if d["kind"] in ("ConfigMap", "ServiceAccount")))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    deployment["spec"]["replicas"] = 1
+    spec = deployment["spec"]["template"]["spec"]
+    spec["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    spec["tolerations"] = [
+        *spec.get("tolerations", []),
+        {"key": "miles-testbed/real-node", "operator": "Exists"},
+    ]
+    spec["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"cpu": "1", "memory": "1Gi"},
+    }
+    apply(namespace, deployment)
+    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+
+    def ready_pod() -> dict[str, Any] | None:
+        pods = tb.kget("pods", namespace, selector=selector)["items"]
+        ready = [
+            p
+            for p in pods
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        ]
+        return ready[0] if ready else None
+
+    pod = tb.wait_until("the reward service on the real node to be Ready", ready_pod, 180, interval=2)
+    assert pod["spec"]["nodeName"] == real_node
+    assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    sample = {
+        "prompt": "What is 6 * 7?",
+        "response": "6 * 7 = 42, so the answer is \\boxed{42}",
+        "label": "42",
+    }
+    req = urllib.request.Request(
+        f"http://{pod['status']['podIP']}:8080/score",
+        data=json.dumps(sample).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert json.loads(r.read()) == 1.0
