@@ -124,19 +124,32 @@ def test_the_kubelet_refuses_a_security_context_that_breaks_non_root(real_node: 
     assert "non-root" in message
 
 
-def on_the_real_node(cluster: dict[str, Any]) -> dict[str, Any]:
-    """The chart's RayCluster with its head placed on the real node (sized for it) and no workers: the
-    simulated GPU workers would join the testbed's local head, not this one."""
-    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
-    head["nodeSelector"] = {"kubernetes.io/hostname": NODE}
-    head["tolerations"] = [
-        *head.get("tolerations", []),
+def place_on_the_real_node(pod_spec: dict[str, Any], memory: str) -> None:
+    """A pod template of the chart, placed on the real node and sized for it (2 cores, shared with the
+    rest of the testbed): its first container gets a small request and `memory` as its limit."""
+    pod_spec["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    pod_spec["tolerations"] = [
+        *pod_spec.get("tolerations", []),
         {"key": "miles-testbed/real-node", "operator": "Exists"},
     ]
-    head["containers"][0]["resources"] = {
-        "requests": {"cpu": "100m", "memory": "1Gi"},
-        "limits": {"cpu": "2", "memory": "4Gi"},
+    pod_spec["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"cpu": "2", "memory": memory},
     }
+
+
+def ready_pod(namespace: str, selector: str) -> dict[str, Any] | None:
+    """The first pod the selector finds that is Ready, else None."""
+    for pod in tb.kget("pods", namespace, selector=selector)["items"]:
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])):
+            return dict(pod)
+    return None
+
+
+def on_the_real_node(cluster: dict[str, Any]) -> dict[str, Any]:
+    """The chart's RayCluster with its head placed on the real node and no workers: the simulated GPU
+    workers would join the testbed's local head, not this one."""
+    place_on_the_real_node(cluster["spec"]["headGroupSpec"]["template"]["spec"], "4Gi")
     for group in cluster["spec"]["workerGroupSpecs"]:
         group["replicas"] = group["minReplicas"] = group["maxReplicas"] = 0
     return cluster
@@ -175,20 +188,16 @@ def test_the_charts_ray_head_runs_as_a_real_container(real_node: str, namespace:
     name = cluster["metadata"]["name"]
     apply(namespace, on_the_real_node(cluster))
 
-    def head() -> dict[str, Any] | None:
-        pods = tb.kget("pods", namespace, selector=f"ray.io/cluster={name},ray.io/node-type=head")["items"]
-        ready = [
-            p
-            for p in pods
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-        ]
-        return ready[0] if ready else None
-
+    selector = f"ray.io/cluster={name},ray.io/node-type=head"
     started = time.monotonic()
     try:
-        pod = tb.wait_until("the Ray head on the real node to be Ready", head, 420, interval=2)
+        pod = tb.wait_until(
+            "the Ray head on the real node to be Ready",
+            lambda: ready_pod(namespace, selector),
+            420,
+            interval=2,
+        )
     except AssertionError as exc:
-        selector = f"ray.io/cluster={name},ray.io/node-type=head"
         described = tb.kubectl("describe", "pods", "-n", namespace, "-l", selector, check=False).out
         logs = tb.kubectl("logs", "-n", namespace, "-l", selector, "--tail=40", check=False)
         previous = tb.kubectl("logs", "-n", namespace, "-l", selector, "--previous", "--tail=40", check=False)
@@ -237,29 +246,15 @@ def test_the_charts_reward_service_runs_as_a_real_container(real_node: str, name
     apply(namespace, *(d for d in docs if d["kind"] in ("ConfigMap", "ServiceAccount")))
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     deployment["spec"]["replicas"] = 1
-    spec = deployment["spec"]["template"]["spec"]
-    spec["nodeSelector"] = {"kubernetes.io/hostname": NODE}
-    spec["tolerations"] = [
-        *spec.get("tolerations", []),
-        {"key": "miles-testbed/real-node", "operator": "Exists"},
-    ]
-    spec["containers"][0]["resources"] = {
-        "requests": {"cpu": "100m", "memory": "256Mi"},
-        "limits": {"cpu": "1", "memory": "1Gi"},
-    }
+    place_on_the_real_node(deployment["spec"]["template"]["spec"], "1Gi")
     apply(namespace, deployment)
     selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
-
-    def ready_pod() -> dict[str, Any] | None:
-        pods = tb.kget("pods", namespace, selector=selector)["items"]
-        ready = [
-            p
-            for p in pods
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-        ]
-        return ready[0] if ready else None
-
-    pod = tb.wait_until("the reward service on the real node to be Ready", ready_pod, 180, interval=2)
+    pod = tb.wait_until(
+        "the reward service on the real node to be Ready",
+        lambda: ready_pod(namespace, selector),
+        180,
+        interval=2,
+    )
     assert pod["spec"]["nodeName"] == real_node
     assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
     sample = {
