@@ -1,5 +1,5 @@
 """The e2e helper that tells Helm 4.3's hook status race from a failed or timed-out hook
-(tests/e2e/testbed.py, stale_hook_job): it decides when an e2e install is upgraded again, so it must
+(tests/e2e/helm_race.py, stale_hook_job): it decides when an e2e install is upgraded again, so it must
 match the race alone. The log lines are Helm 4.3.2's own (`--debug`), the errors its statuswait format."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
-import testbed
+import helm_race
 
 WAIT = """level=DEBUG msg="creating resource(s)" resources=1
 level=DEBUG msg="Created resource via patch" namespace=ml name=miles-wait-ready gvk="batch/v1, Kind=Job"
@@ -25,25 +25,25 @@ STALE = (
 
 
 def test_the_race_names_the_job() -> None:
-    assert testbed.stale_hook_job(WAIT + ACHIEVED + STALE) == ("ml", "miles-wait-ready")
+    assert helm_race.stale_hook_job(WAIT + ACHIEVED + STALE) == ("ml", "miles-wait-ready")
 
 
 def test_a_timeout_is_not_the_race() -> None:
     timed_out = STALE.rstrip("\n") + "\ncontext deadline exceeded\n"
-    assert testbed.stale_hook_job(WAIT + timed_out) is None
+    assert helm_race.stale_hook_job(WAIT + timed_out) is None
 
 
 def test_a_failed_job_is_not_the_race() -> None:
     failed = STALE.replace("InProgress, message: Job in progress", "Failed, message: Job Failed")
-    assert testbed.stale_hook_job(WAIT + ACHIEVED + failed) is None
+    assert helm_race.stale_hook_job(WAIT + ACHIEVED + failed) is None
 
 
 def test_an_earlier_hook_reaching_current_does_not_count() -> None:
     # the previous hook's wait ended Current; this hook's own wait never did
     earlier = WAIT.replace("miles-wait-ready", "miles-prepare-data") + ACHIEVED
-    assert testbed.stale_hook_job(earlier + WAIT + STALE) is None
+    assert helm_race.stale_hook_job(earlier + WAIT + STALE) is None
 
 
 def test_other_output_is_not_the_race() -> None:
     output = "Error: INSTALLATION FAILED: pre-install hooks failed: BackoffLimitExceeded\n"
-    assert testbed.stale_hook_job(output) is None
+    assert helm_race.stale_hook_job(output) is None

@@ -32,6 +32,17 @@ os.environ.setdefault("RAY_DASHBOARD_PORT", str(28265 + _OFFSET))
 import seed  # noqa: E402
 import testbed as tb  # noqa: E402
 
+# testbed reads its configuration when first imported: a module imported before this conftest (another
+# tier importing it at collection) would have fixed it to the `make cluster-up` testbed's, silently.
+if Path(os.environ["CLUSTER_DIR"]) != tb.CLUSTER_DIR or not tb.RAY_DASHBOARD.endswith(
+    f":{os.environ['RAY_DASHBOARD_PORT']}"
+):
+    raise RuntimeError(
+        "tests/e2e/testbed.py was imported before tests/e2e/conftest.py set the e2e testbed's environment "
+        f"(it holds CLUSTER_DIR={tb.CLUSTER_DIR}, expected {os.environ['CLUSTER_DIR']}): import it from "
+        "the e2e tier only, or set CLUSTER_DIR, TESTBED_PORT_OFFSET and RAY_DASHBOARD_PORT first"
+    )
+
 
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[Path]:

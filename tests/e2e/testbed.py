@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci" / "cluster"))
+import helm_race
 import pod_runner  # the testbed's pod runner: its path mapping and node labels
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,31 +114,10 @@ def deploy_argv(
     return [str(TOOLS_BIN / version), verb, release, *chart, *debug]
 
 
-# Helm 4.3's CLI waits for hook Jobs with fluxcd cli-utils' status watcher and 8 status-compute workers.
-# A worker's stale check and its send are not atomic, so under load a Job's older InProgress status can
-# reach the collector after its Complete one: Helm then fails the hook "not ready. status: InProgress"
-# although its own debug log says the Job reached Current, and the Job is Complete. Not this project's
-# defect, nor the hook's.
-STALE_HOOK_STATUS = re.compile(r"resource Job/(?P<ns>[^/\s]+)/(?P<name>\S+) not ready\. status: InProgress")
-
-
-def stale_hook_job(output: str) -> tuple[str, str] | None:
-    """(namespace, name) of the hook Job when Helm 4's output (with --debug) shows that race: the error,
-    and after the last "waiting for resources" before it, Helm's own "all resources achieved desired
-    status"; None for any other output."""
-    m = STALE_HOOK_STATUS.search(output)
-    if not m:
-        return None
-    wait = output.rfind('msg="waiting for resources"', 0, m.start())
-    if wait < 0 or 'msg="all resources achieved desired status"' not in output[wait : m.start()]:
-        return None
-    return m["ns"], m["name"]
-
-
 def helm4_stale_hook_status(output: str) -> str | None:
     """The Job ("namespace/name") when the output shows the race (stale_hook_job) and the API server holds
     the Job Complete; None for any other failure."""
-    found = stale_hook_job(output)
+    found = helm_race.stale_hook_job(output)
     if not found:
         return None
     ns, name = found
