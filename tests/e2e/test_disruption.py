@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,13 +54,7 @@ def test_a_convert_pod_lost_to_a_drain_is_replaced_and_the_install_completes(
         yaml.safe_dump({"model": {"hfPath": f"models/e2e-drain-{ns}/Qwen3-4B"}, "hooks": {"extraEnv": env}})
     )
     argv = tb.deploy_argv("helm4", "install", rel, ns, [*COLOCATED, extra])
-    install = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=tb.tool_env(),
-    )
+    install = tb.Background(argv)
     node = ""
     try:
         (first,) = tb.wait_until(
@@ -77,12 +70,10 @@ def test_a_convert_pod_lost_to_a_drain_is_replaced_and_the_install_completes(
         tb.kubectl("uncordon", node)
         node = ""
         release.touch()
-        out, _ = install.communicate(timeout=600)
-        rc, out = tb.after_status_race(argv, install.returncode, out)
+        rc, out = tb.after_status_race(argv, *install.finish(timeout=600))
         assert rc == 0, out[-4000:]
     finally:
-        if install.poll() is None:
-            install.kill()
+        install.stop()
         if node:
             tb.kubectl("uncordon", node, check=False)
         release.touch()

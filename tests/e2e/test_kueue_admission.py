@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -116,9 +115,7 @@ def test_queue_too_small_for_two_runs_admits_one_and_holds_the_other(
     assert raycluster(namespace)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
 
     argv = tb.deploy_argv("helm3", "install", second, second_namespace, COLOCATED, *queued, *patient)
-    helm = subprocess.Popen(
-        argv, env=tb.tool_env(), cwd=tb.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    helm = tb.Background(argv)
     try:
         try:
             tb.wait_until(
@@ -127,8 +124,7 @@ def test_queue_too_small_for_two_runs_admits_one_and_holds_the_other(
                 timeout=300,
             )
         except AssertionError as exc:
-            helm.kill()
-            out = helm.communicate()[0]
+            out = helm.stop()
             raise AssertionError(f"{exc}\n--- helm install {second}:\n{out[-4000:]}") from exc
         waiting_since = time.monotonic()
         held = workload(second_namespace)
@@ -139,17 +135,15 @@ def test_queue_too_small_for_two_runs_admits_one_and_holds_the_other(
         assert not tb.kget("pods", second_namespace, selector="ray.io/is-ray-node=yes")["items"]
         # Queued for longer than its readiness timeout: the timeout must not run while it waits.
         time.sleep(max(0.0, waiting_since + QUEUED_FOR - time.monotonic()))
-        if helm.poll() is not None:
-            out = helm.communicate()[0]
+        if not helm.running():
+            out = helm.output()
             raise AssertionError(f"the queued install ended while the first run queued it:\n{out[-4000:]}")
 
         tb.helm("helm4", "uninstall", first, "-n", namespace, "--wait", "--timeout", "3m")
-        out, _ = helm.communicate(timeout=600)
+        rc, out = helm.finish(timeout=600)
     finally:
-        if helm.poll() is None:
-            helm.kill()
-            helm.communicate()
-    assert helm.returncode == 0, out[-4000:]
+        helm.stop()
+    assert rc == 0, out[-4000:]
 
     assert condition(workload(second_namespace), "Admitted").get("status") == "True"
     log = wait_ready_log(second_namespace, second)

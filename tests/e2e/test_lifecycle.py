@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -164,9 +163,7 @@ def upgrade_holding_the_old_workers(helm_version: str, rel: str, ns: str, cluste
         tb.kubectl("cordon", node)
     started = time.time()
     argv = tb.deploy_argv(helm_version, "upgrade", rel, ns, COLOCATED, *extra)
-    helm = subprocess.Popen(
-        argv, env=tb.tool_env(), cwd=tb.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    helm = tb.Background(argv)
 
     def waiting_on_pods_or_done() -> bool:
         if any(tb.hook_steps([e]) == ["wait-ready"] for e in tb.journal(ns, since=started)):
@@ -183,8 +180,8 @@ def upgrade_holding_the_old_workers(helm_version: str, rel: str, ns: str, cluste
             )
         for node in spare:
             tb.kubectl("uncordon", node, check=False)
-        out, _ = helm.communicate(timeout=900)
-    rc, out = tb.after_status_race(argv, helm.returncode, out)
+        finished = helm.finish(timeout=900)
+    rc, out = tb.after_status_race(argv, *finished)
     assert rc == 0, out[-4000:]
 
 

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -128,6 +129,38 @@ def helm4_stale_hook_status(output: str) -> str | None:
     if not any(c["type"] == "Complete" and c["status"] == "True" for c in conditions):
         return None
     return f"{ns}/{name}"
+
+
+class Background:
+    """A command run in the background, its output (stdout and stderr) going to a file: a pipe nobody reads
+    until the end fills at 64 KiB and stops the command there (Helm 4's --debug log is larger)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by finish/stop)
+        self.proc = subprocess.Popen(
+            argv, env=tool_env(), cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, text=True
+        )
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()
+
+    def finish(self, timeout: float) -> tuple[int, str]:
+        """Waits for the command: (exit status, output)."""
+        rc = self.proc.wait(timeout=timeout)
+        return rc, self.output()
+
+    def stop(self) -> str:
+        """Kills the command if it still runs; its output."""
+        if self.running():
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+        return self.output()
 
 
 def after_status_race(argv: list[str], rc: int, output: str) -> tuple[int, str]:
