@@ -136,8 +136,8 @@ class Background:
     until the end fills at 64 KiB and stops the command there (Helm 4's --debug log is larger)."""
 
     def __init__(self, argv: list[str]) -> None:
-        self.argv = argv
-        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by finish/stop)
+        # an unnamed file, gone with this object: the output is read as often as the test asks
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
         self.proc = subprocess.Popen(
             argv, env=tool_env(), cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, text=True
         )
