@@ -263,6 +263,22 @@ contract_env() {
   stamp miles-contract "$req"
 }
 
+# The Python the testbed's simulated Ray workers run (ci/cluster/pod_runner.py): the CPython 3.12 the images' base
+# carries and Ray from the miles stand-in's hashed lock, as in the image the Ray heads run (Ray refuses a node
+# of another Python or Ray version).
+ray_worker_env() {
+  local lock="$root/ci/images/miles-standin/requirements.lock" venv="$tools/ray-worker-venv" python
+  if fresh ray-worker "$lock" && [[ -x "$venv/bin/ray" ]]; then log "Ray worker venv up to date"; return; fi
+  python=$("$root/ci/images/build.sh" --python312)
+  log "creating the Ray worker venv ($python, Ray from ci/images/miles-standin/requirements.lock) in $venv"
+  uv_tool
+  rm -rf "$venv"
+  UV_PYTHON_DOWNLOADS=never "$tools/uv/bin/uv" venv -q --python "$python" "$venv"
+  venv_install "$venv" --require-hashes --no-deps -r "$lock"
+  "$venv/bin/ray" --version >/dev/null
+  stamp ray-worker "$lock"
+}
+
 main() {
   local part
   for part in "${@:-all}"; do
@@ -277,8 +293,9 @@ main() {
       schemas) kubeconform_schemas ;;
       cluster) build_cluster ;;
       images) build_images ;;
-      all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; kubeconform_schemas; checkov_env; contract_env; build_cluster; build_images ;;
-      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, uv, python, schemas, checkov, contract, cluster, images, all)" >&2; exit 2 ;;
+      rayworker) ray_worker_env ;;
+      all) build_helms; install_helm_wrappers; build_helmfile; build_registry; python_env; kubeconform_schemas; checkov_env; contract_env; build_cluster; build_images; ray_worker_env ;;
+      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, uv, python, schemas, checkov, contract, cluster, images, rayworker, all)" >&2; exit 2 ;;
     esac
   done
   log "done"

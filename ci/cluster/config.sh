@@ -20,33 +20,24 @@ SCHEDULER_PORT=${SCHEDULER_PORT:-$((26259 + off))}
 KWOK_PORT=${KWOK_PORT:-$((26247 + off))}
 KUBERAY_METRICS_PORT=${KUBERAY_METRICS_PORT:-$((26280 + off))}
 KUBERAY_HEALTH_PORT=${KUBERAY_HEALTH_PORT:-$((26282 + off))}
-RAY_GCS_PORT=${RAY_GCS_PORT:-$((26379 + off))}
-RAY_DASHBOARD_PORT=${RAY_DASHBOARD_PORT:-$((28265 + off))}
-RAY_CLIENT_PORT=${RAY_CLIENT_PORT:-$((26001 + off))}
-RAY_NODE_MANAGER_PORT=${RAY_NODE_MANAGER_PORT:-$((26002 + off))}
-RAY_OBJECT_MANAGER_PORT=${RAY_OBJECT_MANAGER_PORT:-$((26003 + off))}
-RAY_METRICS_PORT=${RAY_METRICS_PORT:-$((26004 + off))}
 # Kueue (ci/cluster/kueue.sh, only while a test needs admission): its webhook server and health endpoint.
 KUEUE_WEBHOOK_PORT=${KUEUE_WEBHOOK_PORT:-$((26290 + off))}
 KUEUE_HEALTH_PORT=${KUEUE_HEALTH_PORT:-$((26291 + off))}
-RAY_AGENT_HTTP_PORT=${RAY_AGENT_HTTP_PORT:-$((26005 + off))}
-RAY_AGENT_GRPC_PORT=${RAY_AGENT_GRPC_PORT:-$((26006 + off))}
-RAY_RUNTIME_ENV_AGENT_PORT=${RAY_RUNTIME_ENV_AGENT_PORT:-$((26007 + off))}
-RAY_MIN_WORKER_PORT=${RAY_MIN_WORKER_PORT:-$((26100 + off))}
-RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-$((26199 + off))}
-# The local Ray head runs with token authentication (RAY_AUTH_MODE=token), its token in this file (0600, made by
-# up.sh); storage.sh puts it in each namespace as Secret testbed-ray-auth, which values-local-testbed.yaml names.
+# Each release's Ray head runs as a container on the real node, with token authentication; up.sh makes one token
+# for the testbed (this file, 0600) and storage.sh puts it in each namespace it prepares as Secret
+# testbed-ray-auth, which values-local-testbed.yaml names (without that value, preflight makes one per release).
 RAY_AUTH_TOKEN_FILE="$CLUSTER_DIR/ray-auth-token"
 TESTBED_RAY_AUTH_SECRET=testbed-ray-auth
-# The local Ray head advertises 0 CPUs/GPUs like the chart's head; the pod runner starts one local Ray worker
-# node per simulated KubeRay worker pod (its --num-gpus/--resources, CPUs capped), at most MAX_RAY_WORKERS,
-# each with 100 ports from RAY_WORKER_PORT_BASE + 100 x slot.
+# The pod runner starts one Ray worker node per simulated KubeRay worker pod (its --num-gpus/--resources, CPUs
+# capped), at most MAX_RAY_WORKERS, each in the real node's network namespace with 100 ports from
+# RAY_WORKER_PORT_BASE + 100 x slot there, from .tools/ray-worker-venv (the Ray and Python of the head's image).
 MAX_RAY_WORKERS=${MAX_RAY_WORKERS:-8}
 RAY_WORKER_CPUS=${RAY_WORKER_CPUS:-2}
-RAY_WORKER_PORT_BASE=${RAY_WORKER_PORT_BASE:-$((12000 + off))}
-# 1: run the Ray head with ci/cluster/fake-miles at /root/miles (needs mount namespaces), so jobs really run.
+RAY_WORKER_PORT_BASE=${RAY_WORKER_PORT_BASE:-12000}
+# 1: run those workers, and the convert pod's miles-image container, with ci/cluster/fake-miles at /root/miles
+# (needs mount namespaces), so submitted jobs and conversions really run.
 FAKE_MILES=${FAKE_MILES:-1}
-# Ray's session dir holds Unix sockets (path limit ~107 bytes): keep it short.
+# The workers' temp dirs (Ray's session dirs hold Unix sockets, path limit ~107 bytes: keep it short).
 RAY_TMP=${RAY_TMP:-/tmp/miles-tb-ray-$(printf %s "$CLUSTER_DIR" | sha256sum | cut -c1-8)}
 
 # Simulated nodes (kwok). NODES = number of GPU nodes.
@@ -71,8 +62,8 @@ RUNNER_IMAGE_REGEX=${RUNNER_IMAGE_REGEX:-miles-hooks}
 KUBERNETES_VERSION_EXPECTED=v1.34.4
 
 # Shared storage stand-in (FSx for Lustre is simulated): one local dir, exposed as a hostPath PV + an RWX PVC
-# per namespace (ci/cluster/storage.sh). values/values-local-testbed.yaml mounts it at the same path, so the
-# run spec's paths are valid both in hook processes and in the local Ray head.
+# per namespace (ci/cluster/storage.sh). The pod runner maps the chart's mount path to it in the hook processes'
+# run spec, so the paths the submitted job gets are valid in the Ray worker processes too.
 FSX_DIR=${FSX_DIR:-/tmp/miles-testbed-fsx}
 FSX_CLAIM=${FSX_CLAIM:-fsx-claim}
 # The chart's storage.mountPath (scenarios: /fsx). The pod runner maps it to $FSX_DIR in every hook process.
@@ -89,6 +80,8 @@ node_veth_node="mtb$node_slot-n"
 node_host_ip="10.250.$node_slot.1"
 node_ip="10.250.$node_slot.2"
 node_pod_cidr="10.251.$node_slot.0/24"
-REAL_NODE_LABELS=${REAL_NODE_LABELS:-node.kubernetes.io/instance-type=$CPU_INSTANCE_TYPE,miles-testbed/real-node=true}
-# Until the chart's pods run there (the real-node work in progress), only pods that tolerate this taint land on it.
+# One of the CPU pool (the labels nodes.py gives its CPU nodes), so the Ray head's placement rules hold there too.
+REAL_NODE_LABELS=${REAL_NODE_LABELS:-node.kubernetes.io/instance-type=$CPU_INSTANCE_TYPE,beta.kubernetes.io/instance-type=$CPU_INSTANCE_TYPE,sagemaker.amazonaws.com/instance-group-name=$CPU_INSTANCE_GROUP,sagemaker.amazonaws.com/node-health-status=Schedulable,sagemaker.amazonaws.com/compute-type=hyperpod,testbed.miles.dev/pool=cpu,miles-testbed/real-node=true}
+# Only pods that tolerate this taint land on it (values-local-testbed.yaml puts the Ray head there): the hook Jobs
+# and every simulated pod stay on the kwok nodes.
 REAL_NODE_TAINTS=${REAL_NODE_TAINTS:-miles-testbed/real-node=true:NoSchedule}

@@ -10,7 +10,7 @@ release=${1:-miles}
 ns=${2:-miles-demo}
 export KUBECONFIG="$KUBECONFIG_TESTBED" PATH="$bin:$root/.venv/bin:$PATH"
 
-"$root/ci/install-tools.sh" cluster python helm
+"$root/ci/install-tools.sh" cluster python helm images rayworker
 "$here/up.sh"
 
 log "preparing namespace $ns: shared-storage claim, hf-token Secret, local Hugging Face mirror"
@@ -54,10 +54,11 @@ PY
 echo; echo "=== pods ==="; kubectl -n "$ns" get pods -o wide
 echo; echo "=== RayCluster ==="; kubectl -n "$ns" get raycluster
 kubectl -n "$ns" get raycluster -o jsonpath='{range .items[*]}{.metadata.name}: {range .status.conditions[*]}{.type}={.status} {end}{"\n"}{end}'
-echo; echo "=== Ray job (real local Ray) ==="
+head_ip=$(kubectl -n "$ns" get pods -l ray.io/node-type=head -o jsonpath='{.items[0].status.podIP}')
+echo; echo "=== Ray job (the release's Ray head: a container on $REAL_NODE_NAME, at $head_ip) ==="
 echo "unauthenticated job list (expected: refused, the head runs with token authentication):" \
-  "HTTP $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RAY_DASHBOARD_PORT/api/jobs/")"
-python3 - "$ns" "http://127.0.0.1:$RAY_DASHBOARD_PORT/api/jobs/" "$RAY_AUTH_TOKEN_FILE" <<'PY' || true
+  "HTTP $(curl -s -o /dev/null -w '%{http_code}' "http://$head_ip:8265/api/jobs/")"
+python3 - "$ns" "http://$head_ip:8265/api/jobs/" "$RAY_AUTH_TOKEN_FILE" <<'PY' || true
 import json, sys, urllib.request
 ns, url, token_file = sys.argv[1:]
 req = urllib.request.Request(url, headers={"Authorization": "Bearer " + open(token_file).read().strip()})
@@ -80,9 +81,9 @@ Look around:
   kubectl -n $ns get pods,jobs,raycluster,svc,cm
   kubectl get nodes -L node.kubernetes.io/instance-type,sagemaker.amazonaws.com/node-health-status
   ci/cluster/pod-logs.sh <hook-pod> $ns           # logs of the hook pods (also after they are deleted)
-  # the submitted job (real local Ray, token authentication):
-  RAY_ADDRESS=http://127.0.0.1:$RAY_DASHBOARD_PORT RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_FILE ray job list
-  open http://127.0.0.1:$RAY_DASHBOARD_PORT         # Ray dashboard (it asks for the token in the file above)
+  # the submitted job (the release's Ray head, token authentication; this machine routes to its pod address):
+  RAY_ADDRESS=http://$head_ip:8265 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_FILE ray job list
+  open http://$head_ip:8265                 # Ray dashboard (it asks for the token in the file above)
 Tear down:
   helm uninstall $release -n $ns; make cluster-down
 MSG

@@ -13,7 +13,6 @@ stop_proc pod-runner            # first: it stops the hook processes it runs
 others=()
 for f in "$CLUSTER_DIR"/run/*.pid; do [[ -e $f ]] && others+=("$(basename "$f" .pid)"); done
 ((${#others[@]})) && stop_proc "${others[@]}"
-forget_ray_current_cluster
 root_miles_release
 rm -rf "$CLUSTER_DIR/etcd-data" "$CLUSTER_DIR/runner" "$RAY_TMP"
 

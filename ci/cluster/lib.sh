@@ -21,9 +21,7 @@ validate_config() {
 
 all_port_vars() {
   echo ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KCM_PORT SCHEDULER_PORT KWOK_PORT KUBERAY_METRICS_PORT \
-    KUBERAY_HEALTH_PORT RAY_GCS_PORT RAY_DASHBOARD_PORT RAY_CLIENT_PORT RAY_NODE_MANAGER_PORT \
-    RAY_OBJECT_MANAGER_PORT RAY_METRICS_PORT RAY_AGENT_HTTP_PORT RAY_AGENT_GRPC_PORT RAY_RUNTIME_ENV_AGENT_PORT \
-    KUEUE_WEBHOOK_PORT KUEUE_HEALTH_PORT
+    KUBERAY_HEALTH_PORT KUEUE_WEBHOOK_PORT KUEUE_HEALTH_PORT
 }
 
 # listening_ports -> the TCP ports (of the testbed's set) something listens on
@@ -124,13 +122,6 @@ nodes_ready() {
   n=$("$bin/kubectl" --kubeconfig "$KUBECONFIG_TESTBED" get nodes --no-headers \
     -o 'custom-columns=R:.status.conditions[?(@.type=="Ready")].status' 2>/dev/null | grep -c '^True$')
   [[ $n -ge $1 ]]
-}
-
-# `ray start` records its address in /tmp/ray/ray_current_cluster, which makes any `ray.init()` on this
-# machine join the testbed's Ray. Remove the record when it is ours (we always pass the address explicitly).
-forget_ray_current_cluster() {
-  local f=/tmp/ray/ray_current_cluster
-  if [[ -f $f ]] && grep -q "127.0.0.1:$RAY_GCS_PORT" "$f"; then rm -f "$f"; fi
 }
 
 # /root/miles is the mount point of ci/cluster/fake-miles inside the Ray processes' mount namespaces. Created

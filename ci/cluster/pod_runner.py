@@ -14,8 +14,10 @@ kwok-stages.yaml) and this runner takes over, doing what a kubelet would do with
 * runs the init containers, then the containers, as local processes: every mount path in the command,
   args and env values is rewritten to the local dir that backs it (``/etc/miles/run.json`` ->
   ``<work>/…/etc-miles/run.json``); image paths from ``--path-map`` likewise; a RayCluster head
-  Service address (``<cluster>-head-svc.<ns>.svc:<port>``) is mapped to the local Ray head standing in for
-  the simulated Ray pods (``--ray-*``), in the command/env and in materialised ConfigMap files;
+  Service address (``<cluster>-head-svc.<ns>.svc:<port>``) is mapped to a loopback port of the runner's
+  (``ServiceProxies``) that connects each connection to the address the Service's EndpointSlices hold at
+  that moment (what the headless Service's name resolves to in a pod: the head pod's, on the real node),
+  in the command/env and in materialised ConfigMap files, as these processes run outside the cluster's DNS;
 * runs a container of another image than the hooks image (the convert pod's miles-image container) in a
   private mount namespace with ``--fake-miles`` bind-mounted at ``/root/miles``, the miles checkout that image
   carries, so paths under ``/root/miles`` in the run spec resolve unchanged (as for the Ray processes);
@@ -41,12 +43,16 @@ import logging
 import math
 import os
 import re
+import selectors
 import shlex
 import signal
+import socket
+import socketserver
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,9 +96,6 @@ class Settings:
     image_regex: re.Pattern[str]
     venv_bin: Path
     path_map: list[tuple[str, str]]
-    ray_dashboard: str
-    ray_gcs: str
-    ray_client: str
     api_server: str
     ca_data: str
     default_entrypoint: list[str]
@@ -125,13 +128,19 @@ def expand_vars(value: str, env: dict[str, str]) -> str:
 
 
 class RayWorkers:
-    """One real local Ray worker node (raylet) per simulated KubeRay worker pod.
+    """One real Ray worker node (raylet) per simulated KubeRay worker pod: the imitation that remains.
 
-    kwok only pretends the Ray worker pods run. So that the real Ray head sees the cluster the RayCluster
-    describes (``verify`` checks it), the runner starts ``ray start --address=<local head> --block`` with the
-    pod's own KubeRay-generated start parameters (``KUBERAY_GEN_RAY_START_CMD``: ``--num-gpus``,
-    ``--resources``; CPUs capped at ``cpus``) once the pod is Running on a kwok node, and stops it when the
-    pod goes. At most ``limit`` at a time (each raylet costs ~200 MB); beyond that a warning is logged.
+    kwok only pretends the Ray worker pods run (they need GPUs). So that the release's real Ray head (a
+    container on the real node) sees the cluster the RayCluster describes (``verify`` checks it), the runner
+    starts ``ray start --block`` with the pod's own KubeRay-generated start parameters
+    (``KUBERAY_GEN_RAY_START_CMD``: ``--address`` -- the head Service, resolved through its EndpointSlices --,
+    ``--num-gpus``, ``--resources``; CPUs capped at ``cpus``) once the pod is Running on a kwok node, and
+    stops it when the pod goes. Each runs as a pod would: in the real node's network namespace (it reaches the
+    head and the head reaches it over the node's bridge), in a PID and mount namespace of its own (Ray finds a
+    driver's local raylet by listing processes: one that saw the head's would attach to it) with a /tmp dir of
+    its own and ``--fake-miles`` at /root/miles, from a Python with the same Ray and Python version as the
+    stand-in image the head runs (Ray refuses nodes of another). At most ``limit`` at a time (each raylet
+    costs ~200 MB); beyond that a warning is logged.
     """
 
     KEEP = ("--num-gpus", "--resources", "--num-cpus")
@@ -139,20 +148,23 @@ class RayWorkers:
     def __init__(
         self,
         *,
-        gcs: str,
+        node_netns: str,
+        node_ip: str,
         temp_dir: str,
-        wrapper: list[str],
+        fake_miles: str,
         work_dir: Path,
         venv_bin: Path,
         cpus: int,
         limit: int,
         port_base: int,
     ) -> None:
-        self.gcs, self.temp_dir, self.wrapper = gcs, temp_dir, wrapper
+        self.node_netns, self.node_ip, self.temp_dir = node_netns, node_ip, temp_dir
+        self.fake_miles = fake_miles
         self.work_dir, self.venv_bin = work_dir / "ray-workers", venv_bin
         self.cpus, self.limit, self.port_base = cpus, limit, port_base
         self.procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
         self.simulated: set[str] = set()
+        self.waiting: set[str] = set()
         self.attempts: dict[str, int] = {}
         self.lock = threading.Lock()
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -162,14 +174,33 @@ class RayWorkers:
         labels = pod.metadata.labels or {}
         return labels.get("ray.io/is-ray-node") == "yes" and labels.get("ray.io/node-type") == "worker"
 
-    def start_params(self, pod: client.V1Pod) -> list[str]:
-        cmd = ""
+    @staticmethod
+    def generated_start(pod: client.V1Pod) -> str:
         for c in pod.spec.containers:
             for e in c.env or []:
                 if e.name == "KUBERAY_GEN_RAY_START_CMD" and e.value:
-                    cmd = e.value
+                    return str(e.value)
+        return ""
+
+    def head_address(self, pod: client.V1Pod, runner: Runner) -> str | None:
+        """The head's GCS address the pod's ``--address`` names, its Service mapped to the head pod's address
+        (None while the Service has no endpoint: the head is not up yet)."""
+        env = {}
+        for c in pod.spec.containers:
+            env.update(runner.container_env(pod, c))
+        for tok in shlex.split(self.generated_start(pod)):
+            key, _, value = tok.partition("=")
+            if key == "--address" and value:
+                # KubeRay writes it with shell variables ($FQ_RAY_IP) the container's shell would expand
+                address = re.sub(
+                    r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), value
+                )
+                return runner.head_gcs(address, pod.metadata.namespace)
+        return None
+
+    def start_params(self, pod: client.V1Pod) -> list[str]:
         out = []
-        for tok in shlex.split(cmd):
+        for tok in shlex.split(self.generated_start(pod)):
             key, _, value = tok.partition("=")
             if key not in self.KEEP or not value:
                 continue
@@ -215,7 +246,6 @@ class RayWorkers:
     def start(self, pod: client.V1Pod, runner: Runner) -> None:
         name = f"{pod.metadata.namespace}/{pod.metadata.name}"
         with self.lock:
-            used = {slot for _, slot in self.procs.values()}
             if len(self.procs) >= self.limit:
                 if pod.metadata.uid not in self.simulated:
                     self.simulated.add(pod.metadata.uid)
@@ -226,48 +256,77 @@ class RayWorkers:
                     )
                     threading.Thread(target=runner.mark_ray_pod_ready, args=(pod,), daemon=True).start()
                 return
-            slot = next(i for i in range(self.limit) if i not in used)
-            base = self.port_base + 100 * slot
-            argv = [
-                *self.wrapper,
-                str(self.venv_bin / "ray"),
-                "start",
-                "--block",
-                "--disable-usage-stats",
-                f"--address={self.gcs}",
-                "--node-ip-address=127.0.0.1",
-                # a temp dir of its own, as each pod has its own /tmp: raylets started side by side in one
-                # temp dir pick the same socket names, and the second fails with "address already in use"
-                f"--temp-dir={self.temp_dir}/worker-{slot}",
-                f"--node-manager-port={base}",
-                f"--object-manager-port={base + 1}",
-                f"--metrics-export-port={base + 2}",
-                f"--dashboard-agent-listen-port={base + 3}",
-                f"--dashboard-agent-grpc-port={base + 4}",
-                f"--runtime-env-agent-port={base + 5}",
-                f"--min-worker-port={base + 10}",
-                f"--max-worker-port={base + 99}",
-                f"--object-store-memory={128 * 1024 * 1024}",
-                # which pod this node stands in for: the e2e tests wait for a namespace's nodes to leave
-                "--labels="
-                + json.dumps(
-                    {NODE_LABEL_NAMESPACE: pod.metadata.namespace, NODE_LABEL_POD: pod.metadata.name}
-                ),
-                *self.start_params(pod),
-            ]
-            env = dict(
-                os.environ, PATH=f"{self.venv_bin}:{os.environ.get('PATH', '')}", RAY_USAGE_STATS_ENABLED="0"
-            )
-            env.update(self.auth_env(pod, runner))
-            log_path = self.work_dir / f"{pod.metadata.namespace}_{pod.metadata.name}.log"
-            log = open(log_path, "ab")  # noqa: SIM115
+            if pod.metadata.uid in self.waiting:
+                return
+            self.waiting.add(pod.metadata.uid)
+        threading.Thread(target=self.launch_when_head_up, args=(pod, runner), daemon=True).start()
+
+    def launch_when_head_up(self, pod: client.V1Pod, runner: Runner) -> None:
+        """As KubeRay's wait-gcs-ready init container does: the worker starts once its head answers."""
+        name = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        try:
+            deadline = time.monotonic() + 900
+            while (address := self.head_address(pod, runner)) is None:
+                if time.monotonic() > deadline or not runner.pod_exists(pod):
+                    LOG.error("%s: its Ray head never got an address; no local Ray worker", name)
+                    return
+                time.sleep(1)
+            with self.lock:
+                if pod.metadata.uid in self.procs:
+                    return
+                used = {slot for _, slot in self.procs.values()}
+                slot = next(i for i in range(self.limit) if i not in used)
+                p, log_path = self.popen(pod, runner, address, slot)
+                self.procs[pod.metadata.uid] = (p, slot)
+        finally:
+            with self.lock:
+                self.waiting.discard(pod.metadata.uid)
+        LOG.info("%s: local Ray worker starting, head %s (slot %d)", name, address, slot)
+        self.ready_when_up(pod, p, log_path, runner)
+
+    def popen(
+        self, pod: client.V1Pod, runner: Runner, address: str, slot: int
+    ) -> tuple[subprocess.Popen[bytes], Path]:
+        base = self.port_base + 100 * slot
+        ray_start = [
+            str(self.venv_bin / "ray"),
+            "start",
+            "--block",
+            "--disable-usage-stats",
+            f"--address={address}",
+            f"--node-ip-address={self.node_ip}",
+            # a temp dir of its own, as each pod has its own /tmp: raylets started side by side in one
+            # temp dir pick the same socket names, and the second fails with "address already in use"
+            f"--temp-dir={self.temp_dir}/worker-{slot}",
+            f"--node-manager-port={base}",
+            f"--object-manager-port={base + 1}",
+            f"--metrics-export-port={base + 2}",
+            f"--dashboard-agent-listen-port={base + 3}",
+            f"--dashboard-agent-grpc-port={base + 4}",
+            f"--runtime-env-agent-port={base + 5}",
+            f"--min-worker-port={base + 10}",
+            f"--max-worker-port={base + 99}",
+            f"--object-store-memory={128 * 1024 * 1024}",
+            # which pod this node stands in for (Ray's node table; the e2e tests find its processes by it)
+            "--labels="
+            + json.dumps({NODE_LABEL_NAMESPACE: pod.metadata.namespace, NODE_LABEL_POD: pod.metadata.name}),
+            *self.start_params(pod),
+        ]
+        env = dict(
+            os.environ, PATH=f"{self.venv_bin}:{os.environ.get('PATH', '')}", RAY_USAGE_STATS_ENABLED="0"
+        )
+        env.update(self.auth_env(pod, runner))
+        log_path = self.work_dir / f"{pod.metadata.namespace}_{pod.metadata.name}.log"
+        with open(log_path, "ab") as log:
             p = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, process_group=0
+                [*pod_like(self.node_netns, self.fake_miles), *ray_start],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                process_group=0,
             )
-            log.close()
-            self.procs[pod.metadata.uid] = (p, slot)
-        LOG.info("%s: local Ray worker starting (%s)", name, " ".join(argv[-3:]))
-        threading.Thread(target=self.ready_when_up, args=(pod, p, log_path, runner), daemon=True).start()
+        return p, log_path
 
     def ready_when_up(
         self, pod: client.V1Pod, p: subprocess.Popen[bytes], log_path: Path, runner: Runner
@@ -335,18 +394,88 @@ class RayWorkers:
             self.stop(uid, uid)
 
 
+class ServiceProxies:
+    """Stand-in for the cluster DNS and pod network the hook processes lack (they run on this host, not in
+    pods): one loopback port per Service address, on which each new connection is passed on to the address
+    the Service's EndpointSlices hold at that moment, as a pod's lookup of a headless Service's name gives it.
+    A connection made while the Service has no endpoint is closed at once, as a client of a name that does
+    not resolve yet fails, and retries. Ports are picked by the kernel (loopback only)."""
+
+    def __init__(self, resolve: Callable[[str, str], str | None]) -> None:
+        self.resolve = resolve
+        self.ports: dict[tuple[str, str, int], int] = {}
+        self.servers: list[socketserver.ThreadingTCPServer] = []
+        self.lock = threading.Lock()
+
+    def address(self, ns: str, service: str, port: int) -> str:
+        key = (ns, service, port)
+        with self.lock:
+            if key not in self.ports:
+                server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), self.handler(ns, service, port))
+                server.daemon_threads = True
+                threading.Thread(target=server.serve_forever, daemon=True, name=f"proxy-{service}").start()
+                self.servers.append(server)
+                self.ports[key] = server.server_address[1]
+                LOG.info("%s/%s:%d reachable at 127.0.0.1:%d", ns, service, port, self.ports[key])
+            return f"127.0.0.1:{self.ports[key]}"
+
+    def handler(self, ns: str, service: str, port: int) -> type[socketserver.BaseRequestHandler]:
+        resolve = self.resolve
+
+        class Pipe(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                target = resolve(ns, service)
+                if target is None:
+                    return
+                try:
+                    upstream = socket.create_connection((target, port), timeout=10)
+                except OSError:
+                    return
+                with upstream:
+                    pipe(self.request, upstream)
+
+        return Pipe
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+
+def pipe(a: socket.socket, b: socket.socket) -> None:
+    """Copy bytes both ways until either side closes."""
+    a.settimeout(None)
+    b.settimeout(None)
+    with selectors.DefaultSelector() as sel:
+        sel.register(a, selectors.EVENT_READ, b)
+        sel.register(b, selectors.EVENT_READ, a)
+        while True:
+            for key, _ in sel.select():
+                src: socket.socket = key.fileobj  # type: ignore[assignment]
+                try:
+                    data = src.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                key.data.sendall(data)
+
+
 class Runner:
     def __init__(self, s: Settings) -> None:
         self.s = s
         config.load_kube_config(config_file=s.kubeconfig)
         self.core = client.CoreV1Api()
         self.custom = client.CustomObjectsApi()
+        self.discovery = client.DiscoveryV1Api()
         self.runs: dict[str, PodRun] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.kwok_nodes: dict[str, bool] = {}
         self.kwok_logs = self._has_kwok_logs_crd()
         self._storage_pairs: dict[int, list[tuple[str, str]]] = {}
+        self._pod_namespace: dict[int, str] = {}
+        self.proxies = ServiceProxies(self.endpoint_address)
 
     # ------------------------------------------------------------------ discovery
     def _has_kwok_logs_crd(self) -> bool:
@@ -385,9 +514,9 @@ class Runner:
         """List, reconcile, then watch from the list's resourceVersion; list again when the watch ends.
 
         A watch started afresh (no resourceVersion) misses every deletion between the old watch's end and the
-        new one's start, and a missed DELETED leaks that pod's processes (a local Ray worker left joined to
-        the shared head is seen by the next release's ``verify``). Like an informer, each list is reconciled
-        against what runs: whatever belongs to a pod that is no longer listed is stopped.
+        new one's start, and a missed DELETED leaks that pod's processes (a local Ray worker left running
+        holds its memory and stays joined to its head). Like an informer, each list is reconciled against
+        what runs: whatever belongs to a pod that is no longer listed is stopped.
         """
         (self.s.work_dir / "ready").write_text(now() + "\n")
         LOG.info("watching pods (images matching %r on kwok nodes)", self.s.image_regex.pattern)
@@ -478,6 +607,7 @@ class Runner:
 
     def shutdown(self) -> None:
         self.stopping.set()
+        self.proxies.close()
         if self.s.ray_workers is not None:
             self.s.ray_workers.stop_all()
         with self.lock:
@@ -825,12 +955,13 @@ class Runner:
 
     def write_file(self, path: Path, content: bytes, map_services: bool = False) -> None:
         """Write one projected file. ConfigMap text gets the testbed's mappings (shared-storage mount path ->
-        local dir, RayCluster head Service -> local Ray head), like the run spec's paths and dashboard URL."""
+        local dir, RayCluster head Service -> its ServiceProxies port), like the run spec paths and dashboard
+        URL."""
         path.parent.mkdir(parents=True, exist_ok=True)
         if map_services:
             try:
                 text = self.map_paths(content.decode(), self._storage_pairs.get(threading.get_ident(), []))
-                content = self.map_services(text, "").encode()
+                content = self.map_services(text, self._pod_namespace.get(threading.get_ident(), "")).encode()
             except UnicodeDecodeError:
                 pass
         path.write_bytes(content)
@@ -903,6 +1034,7 @@ class Runner:
                     local = out[m.name] / m.sub_path if m.sub_path else out[m.name]
                     pairs.append((m.mount_path.rstrip("/") or "/", str(local)))
         self._storage_pairs[threading.get_ident()] = self.s.storage_map + pairs
+        self._pod_namespace[threading.get_ident()] = ns
         for v in pod.spec.volumes or []:
             d = pod_dir / "volumes" / v.name
             if v.persistent_volume_claim:
@@ -1135,15 +1267,39 @@ class Runner:
         return re.sub(pattern, lambda m: table[m.group(1)], value)
 
     def map_services(self, value: str, ns: str) -> str:
-        """Map a RayCluster head Service address (``<name>-head-svc[.<ns>[.svc]]:<port>``) to the local
-        Ray head standing in for the simulated Ray pods: 8265 dashboard, 6379 GCS, 10001 client."""
-        del ns
-        ports = {"8265": self.s.ray_dashboard, "6379": self.s.ray_gcs, "10001": self.s.ray_client}
+        """Map each RayCluster head Service address (``<name>-head-svc[.<ns>[.svc[.cluster.local]]]:<port>``)
+        to its loopback port of ``ServiceProxies``, which reaches the head wherever it is when connected."""
 
         def sub(m: re.Match[str]) -> str:
-            return ports.get(m.group(2), m.group(0))
+            service, _, rest = m.group(1).partition(".")
+            return self.proxies.address(rest.split(".")[0] or ns, service, int(m.group(2)))
 
         return SERVICE_REF.sub(sub, value)
+
+    def head_gcs(self, value: str, ns: str) -> str | None:
+        """The GCS address of a head Service reference, as a pod on the real node reaches it: the address the
+        Service's EndpointSlices hold now (None while it has none)."""
+        m = SERVICE_REF.search(value)
+        if m is None:
+            return None
+        service, _, rest = m.group(1).partition(".")
+        address = self.endpoint_address(rest.split(".")[0] or ns, service)
+        return f"{address}:{m.group(2)}" if address else None
+
+    def endpoint_address(self, ns: str, service: str) -> str | None:
+        """The first ready endpoint address of the Service (None when it has none, or is not there)."""
+        try:
+            slices = self.discovery.list_namespaced_endpoint_slice(
+                ns, label_selector=f"kubernetes.io/service-name={service}"
+            ).items
+        except ApiException as e:
+            LOG.warning("%s/%s: cannot read its EndpointSlices (%s)", ns, service, e.reason)
+            return None
+        for sl in slices:
+            for ep in sl.endpoints or []:
+                if ep.addresses and (ep.conditions is None or ep.conditions.ready is not False):
+                    return str(ep.addresses[0])
+        return None
 
     # ------------------------------------------------------------------ processes
     def run_container(  # noqa: PLR0917
@@ -1315,6 +1471,33 @@ def cri_line(line: bytes) -> bytes:
     return ts + b" stdout P " + line + b"\n"
 
 
+def pod_like(netns: str, fake_miles: str) -> list[str]:
+    """A command prefix running the command as a container on the real node runs: in the node's network
+    namespace (``netns``), in PID and mount namespaces of its own with its own /proc, and with ``fake_miles``
+    at /root/miles (when not ""). A shell is PID 1 there, not the command: PID 1 ignores a SIGTERM it has no
+    handler for (``ray start --block`` has none), so the shell passes SIGTERM on and waits; when it exits, the
+    kernel ends whatever of the namespace is left, as when a container stops."""
+    mount = 'mount --bind "$0" /root/miles || exit 1; ' if fake_miles else ""
+    script = (
+        mount + '"$@" & child=$!; trap "kill -TERM $child" TERM; wait $child; rc=$?; wait $child; exit $rc'
+    )
+    return [
+        "nsenter",
+        f"--net=/var/run/netns/{netns}",
+        "unshare",
+        "--pid",
+        "--kill-child",
+        "--mount-proc",
+        "--propagation",
+        "private",
+        "--",
+        "bash",
+        "-c",
+        script,
+        fake_miles or "pod",
+    ]
+
+
 def bind_at_root_miles(directory: str) -> list[str]:
     """A command prefix running the command in a private mount namespace with ``directory`` at /root/miles
     (nothing when ``directory`` is "")."""
@@ -1343,17 +1526,24 @@ def main(argv: list[str]) -> int:
         help="map a path inside the image to a local one (repeatable); "
         "default: /opt/miles-hooks/pkg=<repo>/hooks/src",
     )
-    ap.add_argument("--ray-dashboard", default="127.0.0.1:28265", help="local Ray dashboard host:port")
-    ap.add_argument("--ray-gcs", default="127.0.0.1:26379", help="local Ray GCS host:port")
-    ap.add_argument("--ray-client", default="127.0.0.1:26001", help="local Ray client server host:port")
     ap.add_argument(
         "--default-entrypoint",
         default="miles-hooks",
         help="command for containers without `command` (the hooks image ENTRYPOINT), space-separated",
     )
     ap.add_argument(
-        "--ray-temp-dir", default="", help="the local Ray head's --temp-dir; empty: no local Ray workers"
+        "--ray-temp-dir", default="", help="the local Ray workers' temp dirs go under it; empty: no workers"
     )
+    ap.add_argument(
+        "--ray-worker-venv-bin",
+        type=Path,
+        default=root / ".tools" / "ray-worker-venv" / "bin",
+        help="bin dir of the Python the local Ray workers run (same Ray and Python as the head's image)",
+    )
+    ap.add_argument(
+        "--node-netns", default="", help="network namespace of the real node (under /var/run/netns)"
+    )
+    ap.add_argument("--node-ip", default="", help="the real node's address in it (the workers' node IP)")
     ap.add_argument("--max-ray-workers", type=int, default=8, help="local Ray worker nodes at most")
     ap.add_argument(
         "--ray-worker-cpus", type=int, default=2, help="CPUs a local Ray worker advertises at most"
@@ -1413,9 +1603,6 @@ def main(argv: list[str]) -> int:
         image_regex=regex,
         venv_bin=args.venv_bin,
         path_map=path_map,
-        ray_dashboard=args.ray_dashboard,
-        ray_gcs=args.ray_gcs,
-        ray_client=args.ray_client,
         api_server=cluster["server"],
         ca_data=cluster["certificate-authority-data"],
         default_entrypoint=args.default_entrypoint.split(),
@@ -1427,12 +1614,25 @@ def main(argv: list[str]) -> int:
         if args.max_ray_workers < 0 or args.ray_worker_cpus < 1:
             print("pod_runner: --max-ray-workers must be >= 0 and --ray-worker-cpus >= 1", file=sys.stderr)
             return 2
+        if not args.node_netns or not args.node_ip:
+            print(
+                "pod_runner: local Ray workers need --node-netns and --node-ip (the real node)",
+                file=sys.stderr,
+            )
+            return 2
+        if not (args.ray_worker_venv_bin / "ray").is_file():
+            print(
+                f"pod_runner: no ray in {args.ray_worker_venv_bin}: run `ci/install-tools.sh rayworker`",
+                file=sys.stderr,
+            )
+            return 2
         s.ray_workers = RayWorkers(
-            gcs=args.ray_gcs,
+            node_netns=args.node_netns,
+            node_ip=args.node_ip,
             temp_dir=args.ray_temp_dir,
-            wrapper=bind_at_root_miles(s.fake_miles),
+            fake_miles=s.fake_miles,
             work_dir=s.work_dir,
-            venv_bin=args.venv_bin,
+            venv_bin=args.ray_worker_venv_bin,
             cpus=args.ray_worker_cpus,
             limit=args.max_ray_workers,
             port_base=args.ray_worker_port_base,

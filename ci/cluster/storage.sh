@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates the shared-storage stand-in for NAMESPACE: a hostPath PersistentVolume on $FSX_DIR pre-bound to an
 # RWX PersistentVolumeClaim named CLAIM (default fsx-claim, what the chart's `storage.existingClaim` expects),
-# and the Secret testbed-ray-auth with the testbed Ray head's token (what values-local-testbed.yaml names).
+# and the Secret testbed-ray-auth with the testbed's Ray token (what values-local-testbed.yaml names).
 # Idempotent. Usage: ci/cluster/storage.sh [NAMESPACE] [CLAIM]      (delete: storage.sh --delete NAMESPACE [CLAIM])
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

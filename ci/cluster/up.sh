@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Brings the local testbed up: etcd, kube-apiserver, kube-controller-manager, kube-scheduler (real, pinned
-# Kubernetes), kwok (simulated nodes/pods), the real KubeRay operator with its CRDs, a real local Ray head
-# and the pod runner. Everything listens on 127.0.0.1; state lives under .tools/cluster/.
+# Kubernetes), kwok (simulated nodes/pods), the real KubeRay operator with its CRDs, the pod runner and the
+# real node (ci/cluster/node.sh: kubelet, containerd, kube-proxy), where the Ray heads run. The control plane
+# listens on 127.0.0.1, the real node and its pods in network namespaces of their own; state lives under
+# .tools/cluster/.
 # Tools must be built first: `ci/install-tools.sh cluster` (or `make tools`).
 # Usage: ci/cluster/up.sh            (NODES=128 CPU_NODES=2 ... see ci/cluster/config.sh)
 set -euo pipefail
@@ -12,7 +14,7 @@ source "$here/lib.sh"
 t0=$(date +%s.%N)
 UP_T0=$t0
 need_bins kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kuberay-operator
-[[ -x "$root/.venv/bin/ray" ]] || die "ray not found at .venv/bin/ray: run \`ci/install-tools.sh python\` (or make tools)"
+[[ -x "$tools/ray-worker-venv/bin/ray" ]] || die "ray not found at .tools/ray-worker-venv/bin/ray: run \`ci/install-tools.sh rayworker\` (or make tools)"
 [[ -x "$root/.venv/bin/python" ]] || die ".venv/bin/python missing: run \`ci/install-tools.sh python\`"
 [[ -s "$tools/kuberay/crds/ray.io_rayclusters.yaml" ]] || die "KubeRay CRDs missing under .tools/kuberay/crds: run \`ci/install-tools.sh cluster\`"
 validate_config
@@ -36,40 +38,25 @@ rm -f "$CLUSTER_DIR"/logs/*.log
 kc="$KUBECONFIG_TESTBED"
 pki="$CLUSTER_DIR/pki"
 
-# --- Ray head first: it is the slowest to start and needs nothing else. ----------------------------------
-# The submitted job runs `cd /root/miles; python3 train.py ...`. Where mount namespaces are allowed (root),
-# the Ray head runs in its own mount namespace with ci/cluster/fake-miles bind-mounted at /root/miles (an empty
-# mount point is created on the host if missing, and removed by cluster-down), so the job really runs. The pod
-# runner does the same for the convert pod's miles-image container, so the convert hook's converter resolves.
-ray_cmd=("$root/.venv/bin/ray" start --head --block --disable-usage-stats
-  --node-ip-address=127.0.0.1 --port="$RAY_GCS_PORT"
-  --dashboard-host=127.0.0.1 --dashboard-port="$RAY_DASHBOARD_PORT" --include-dashboard=true
-  --ray-client-server-port="$RAY_CLIENT_PORT" --node-manager-port="$RAY_NODE_MANAGER_PORT"
-  --object-manager-port="$RAY_OBJECT_MANAGER_PORT" --metrics-export-port="$RAY_METRICS_PORT"
-  --dashboard-agent-listen-port="$RAY_AGENT_HTTP_PORT" --dashboard-agent-grpc-port="$RAY_AGENT_GRPC_PORT"
-  --runtime-env-agent-port="$RAY_RUNTIME_ENV_AGENT_PORT"
-  --min-worker-port="$RAY_MIN_WORKER_PORT" --max-worker-port="$RAY_MAX_WORKER_PORT"
-  --num-cpus=0 --num-gpus=0
-  --object-store-memory=$((256*1024*1024)) --temp-dir="$RAY_TMP")
-export PATH="$root/.venv/bin:$PATH" RAY_USAGE_STATS_ENABLED=0
+# --- what the Ray processes need --------------------------------------------------------------------------
+# Each release's Ray head runs on the real node (node.sh) from the miles stand-in image; the pod runner joins one
+# local Ray worker node to it per simulated worker pod. The submitted job runs `cd /root/miles; python3 train.py
+# ...` on such a worker: where mount namespaces are allowed (root), each runs with ci/cluster/fake-miles at
+# /root/miles (an empty mount point is created on the host if missing, and removed by cluster-down), as does the
+# convert pod's miles-image container, so jobs and conversions really run.
+export RAY_USAGE_STATS_ENABLED=0
 # The testbed's Ray token is its own: a caller's (e.g. pytest after tests/ray set its cluster's token in the
-# environment) would take precedence over RAY_AUTH_TOKEN_PATH in the head and leak into the pod runner.
+# environment) must not leak into the pod runner, which passes each worker only its pod's token.
 unset RAY_AUTH_MODE RAY_AUTH_TOKEN RAY_AUTH_TOKEN_PATH
-# Token authentication as the chart turns it on (secrets.rayAuth): only the head's own environment carries it,
-# so a hook pod reaches Ray only with the token the chart wires into it (the pod runner passes no other env).
 (umask 077 && "$root/.venv/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$RAY_AUTH_TOKEN_FILE")
-ray_cmd=(env RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$RAY_AUTH_TOKEN_FILE" "${ray_cmd[@]}")
 # The stand-in train.py hands its argv to miles' real parser: the contract venv `make tools` builds.
 export MILES_CONTRACT_PYTHON="$root/.tools/miles-contract/bin/python" MILES_CONTRACT_DRIVER="$root/ci/miles-contract/parse_argv.py"
 fake_miles=""
 if [[ $FAKE_MILES == 1 ]] && unshare -m --propagation private true 2>/dev/null; then
   fake_miles="$here/fake-miles"
   root_miles_acquire
-  start_proc ray unshare -m --propagation private -- bash -c \
-    'mount --bind "$0" /root/miles && exec "$@"' "$here/fake-miles" "${ray_cmd[@]}"
 else
   log "mount namespaces unavailable (or FAKE_MILES=0): submitted Ray jobs will fail (no /root/miles)"
-  start_proc ray "${ray_cmd[@]}"
 fi
 
 # --- etcd ------------------------------------------------------------------------------------------------
@@ -102,8 +89,7 @@ wait_for "kube-apiserver /readyz" 60 "$bin/kubectl" --kubeconfig "$kc" get --raw
 "$bin/kubectl" --kubeconfig "$kc" create --validate=false -f "$tools/kwok/crds/" -f "$tools/kuberay/crds/" >/dev/null
 start_proc pod-runner "$root/.venv/bin/python" "$here/pod_runner.py" --kubeconfig "$kc" \
   --work-dir "$CLUSTER_DIR/runner" --image-regex "$RUNNER_IMAGE_REGEX" \
-  --ray-dashboard "127.0.0.1:$RAY_DASHBOARD_PORT" --ray-gcs "127.0.0.1:$RAY_GCS_PORT" --ray-client "127.0.0.1:$RAY_CLIENT_PORT" \
-  --ray-temp-dir "$RAY_TMP" --max-ray-workers "$MAX_RAY_WORKERS" --ray-worker-cpus "$RAY_WORKER_CPUS" \
+  --ray-temp-dir "$RAY_TMP" --node-netns "$node_netns" --node-ip "$node_ip" --max-ray-workers "$MAX_RAY_WORKERS" --ray-worker-cpus "$RAY_WORKER_CPUS" \
   --ray-worker-port-base "$RAY_WORKER_PORT_BASE" --fake-miles "$fake_miles" \
   --storage-map "$STORAGE_MOUNT_PATH=$FSX_DIR"
 start_proc kube-controller-manager "$bin/kube-controller-manager" \
@@ -137,9 +123,9 @@ wait_for "kube-scheduler /healthz" 30 curl -fsSk "https://127.0.0.1:$SCHEDULER_P
 wait_for "KubeRay operator /readyz" 60 curl -fsS "http://127.0.0.1:$KUBERAY_HEALTH_PORT/readyz"
 total=$((NODES + CPU_NODES))
 wait_for "$total kwok nodes Ready" 60 nodes_ready "$total"
-wait_for "Ray head (dashboard /api/gcs_healthz)" 60 curl -fsS "http://127.0.0.1:$RAY_DASHBOARD_PORT/api/gcs_healthz"
 wait_for "pod runner" 30 test -f "$CLUSTER_DIR/runner/ready"
-forget_ray_current_cluster
+# the real node: the Ray heads run there
+"$here/node.sh" up
 "$here/storage.sh" default
 
 t1=$(date +%s.%N)
@@ -149,7 +135,8 @@ log "testbed up in ${secs}s: $NODES GPU node(s) ($GPU_INSTANCE_TYPE, $GPU_PER_NO
 cat <<MSG
   export KUBECONFIG=$KUBECONFIG_TESTBED
   kubectl get nodes                       # .tools/bin/kubectl ($KUBERNETES_VERSION_EXPECTED)
-  Ray dashboard: http://127.0.0.1:$RAY_DASHBOARD_PORT   (RAY_ADDRESS for the ray CLI; token authentication:
+  a release's Ray head: kubectl get pods -l ray.io/node-type=head -o wide   (on node $REAL_NODE_NAME; this
+    machine routes to its address: RAY_ADDRESS=http://<pod IP>:8265 for the ray CLI, token authentication:
     RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_FILE)
   logs: $CLUSTER_DIR/logs/<component>.log   hook pod logs: ci/cluster/pod-logs.sh <pod> [-n ns]
   tear down: make cluster-down

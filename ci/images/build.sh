@@ -14,6 +14,7 @@
 #
 #   ci/images/build.sh            build what changed, export what is new, write the manifest
 #   ci/images/build.sh --buildah  print the buildah command line (storage options included) and exit
+#   ci/images/build.sh --python312  print the CPython 3.12 the base carries (the testbed's Ray workers run it too)
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -25,7 +26,6 @@ buildah=(buildah --root "$cache/storage" --runroot "$cache/run" --storage-driver
 
 log() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-if [[ ${1:-} == --buildah ]]; then printf '%q ' "${buildah[@]}"; echo; exit 0; fi
 
 # Debian packages the python:3.12-slim image carries that CPython's extension modules link against
 base_packages=ca-certificates,netbase,tzdata,libssl3,libsqlite3-0,libffi8,libbz2-1.0,liblzma5,zlib1g,libreadline8,libncursesw6,libexpat1,libuuid1,libnsl2,libtirpc3
@@ -55,6 +55,9 @@ find_python312() {
   echo "ci/images/build.sh: needs CPython 3.12 (the Python of the product's images): none runs as python3.12 on PATH or under pyenv's versions/3.12*" >&2
   exit 2
 }
+
+if [[ ${1:-} == --buildah ]]; then printf '%q ' "${buildah[@]}"; echo; exit 0; fi
+if [[ ${1:-} == --python312 ]]; then find_python312; exit 0; fi
 
 # python_base -> prints the base image's reference, building it when its recipe changed. The reference
 # carries the recipe's digest (package list, CPython build, Containerfile, this function), so an unchanged

@@ -1,6 +1,7 @@
 """End-to-end tests on the local testbed (ci/cluster): real API server, scheduler, controller-manager and
-KubeRay operator, kwok-simulated nodes and Ray pods, hook pods really executed by the pod runner, one real
-local Ray head.
+KubeRay operator, a real node where each release's Ray head runs as a container, kwok-simulated GPU nodes and
+Ray worker pods (each joined to its head by a real Ray worker node), hook pods really executed by the pod
+runner.
 
 The tests run on a private testbed of their own (CLUSTER_DIR=.tools/cluster-e2e, every port shifted by
 TESTBED_PORT_OFFSET=1000, FSX_DIR=/tmp/miles-testbed-fsx-e2e), so a `make cluster-up` testbed that people are
@@ -24,23 +25,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 _REPO = Path(__file__).resolve().parents[2]
-_OFFSET = int(os.environ.setdefault("TESTBED_PORT_OFFSET", "1000"))
+os.environ.setdefault("TESTBED_PORT_OFFSET", "1000")
 os.environ.setdefault("CLUSTER_DIR", str(_REPO / ".tools" / "cluster-e2e"))
 os.environ.setdefault("FSX_DIR", "/tmp/miles-testbed-fsx-e2e")
-os.environ.setdefault("RAY_DASHBOARD_PORT", str(28265 + _OFFSET))
 
 import seed  # noqa: E402
 import testbed as tb  # noqa: E402
 
 # testbed reads its configuration when first imported: a module imported before this conftest (another
 # tier importing it at collection) would have fixed it to the `make cluster-up` testbed's, silently.
-if Path(os.environ["CLUSTER_DIR"]) != tb.CLUSTER_DIR or not tb.RAY_DASHBOARD.endswith(
-    f":{os.environ['RAY_DASHBOARD_PORT']}"
-):
+if Path(os.environ["CLUSTER_DIR"]) != tb.CLUSTER_DIR or Path(os.environ["FSX_DIR"]) != tb.FSX_DIR:
     raise RuntimeError(
         "tests/e2e/testbed.py was imported before tests/e2e/conftest.py set the e2e testbed's environment "
         f"(it holds CLUSTER_DIR={tb.CLUSTER_DIR}, expected {os.environ['CLUSTER_DIR']}): import it from "
-        "the e2e tier only, or set CLUSTER_DIR, TESTBED_PORT_OFFSET and RAY_DASHBOARD_PORT first"
+        "the e2e tier only, or set CLUSTER_DIR, TESTBED_PORT_OFFSET and FSX_DIR first"
     )
 
 
@@ -61,10 +59,7 @@ def testbed() -> Iterator[Path]:
 @contextlib.contextmanager
 def release_namespace() -> Iterator[str]:
     """A namespace of its own with the shared-storage claim and the `hf-token` Secret; on exit every release
-    in it is uninstalled, its Ray jobs stopped and everything removed."""
-    # Every release of the e2e tests shares the one local Ray head: a worker still joined from an earlier
-    # test would be counted by this test's `verify` (on a real cluster each release has its own head).
-    tb.wait_for_no_ray_workers(None, 120)
+    in it is uninstalled (its Ray head, and with it its jobs, go with it) and everything removed."""
     ns = f"e2e-{uuid.uuid4().hex[:8]}"
     tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), ns, "fsx-claim"])
     tb.kubectl(
@@ -77,12 +72,11 @@ def release_namespace() -> Iterator[str]:
             tb.run([str(tb.TOOLS_BIN / "helm"), "list", "-n", ns, "-o", "json"]).out or "[]"
         ):
             tb.run([str(tb.TOOLS_BIN / "helm"), "uninstall", rel["name"], "-n", ns, "--wait"], check=False)
-            for job in tb.release_jobs(rel["name"], ns):
-                tb.stop_job(job["submission_id"])
-        # The pods still there go at once (none is under test any more), so their local Ray workers leave the
-        # shared head now. The namespace itself goes in the background: the namespace controller takes 5-30 s
-        # per namespace (its re-checks wait out grace periods and finalizers), some 6 minutes of the e2e tier
-        # when waited for, and every test has a namespace of its own.
+        # The pods still there go at once (none is under test any more), and their local Ray workers with
+        # them, which is checked: a leaked one would hold its memory for the rest of the run. The namespace
+        # itself goes in the background: the namespace controller takes 5-30 s per namespace (its re-checks
+        # wait out grace periods and finalizers), some 6 minutes of the e2e tier when waited for, and every
+        # test has a namespace of its own.
         tb.kubectl("delete", "pods", "--all", "-n", ns, "--force", "--grace-period=0", check=False)
         tb.kubectl("delete", "namespace", ns, "--wait=false", check=False, timeout=90)
         tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), "--delete", ns, "fsx-claim"], check=False)

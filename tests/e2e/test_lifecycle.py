@@ -1,6 +1,6 @@
-"""helm install → upgrade (no change, changed recipe) → uninstall, on the local testbed, with the real
-hooks, the real KubeRay operator and the real (local) Ray. Helm 4 and Helm 3; `helm test` runs the status
-and report pods for real."""
+"""helm install → upgrade (no change, changed recipe, changed pods) → uninstall, on the local testbed, with
+the real hooks, the real KubeRay operator and a real Ray head (a container on the real node). Helm 4 and
+Helm 3; `helm test` runs the status and report pods for real."""
 
 from __future__ import annotations
 
@@ -43,9 +43,19 @@ def cluster_pods(ns: str, cluster: str) -> list[dict[str, Any]]:
     return list(tb.kget("pods", ns, selector=f"ray.io/cluster={cluster}")["items"])
 
 
+def head_pod(ns: str, cluster: str) -> dict[str, Any]:
+    (head,) = [
+        p
+        for p in cluster_pods(ns, cluster)
+        if p["metadata"]["labels"].get("ray.io/node-type") == "head"
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+    return head
+
+
 def check_cluster_shape(ns: str, spec: dict[str, Any]) -> str:
-    """The RayCluster is reconciled by KubeRay into a head on the CPU pool and the derived number of workers,
-    one per GPU node; returns its name."""
+    """The RayCluster is reconciled by KubeRay into a head on the CPU pool (the real node, where it runs as a
+    container) and the derived number of workers, one per GPU node; returns its name."""
     rcs = rayclusters(ns)
     assert len(rcs) == 1, f"expected one RayCluster, found {[r['metadata']['name'] for r in rcs]}"
     rc = rcs[0]
@@ -60,6 +70,7 @@ def check_cluster_shape(ns: str, spec: dict[str, Any]) -> str:
     assert len(heads) == 1
     assert len(workers) == spec["topology"]["workerReplicas"]
     assert node_pool(heads[0]["spec"]["nodeName"]) == "cpu"
+    assert heads[0]["spec"]["nodeName"] == tb.REAL_NODE
     worker_nodes = [w["spec"]["nodeName"] for w in workers]
     assert all(node_pool(n) == "gpu" for n in worker_nodes), worker_nodes
     assert len(set(worker_nodes)) == len(worker_nodes), "workers must be spread one per node"
@@ -83,7 +94,7 @@ def check_single_job(release: str, ns: str, spec: dict[str, Any]) -> dict[str, A
     want = submit.entrypoint_resources(spec)
     assert want == {"gpu_node": 0.001}, want
     if job["status"] == "RUNNING" and job.get("driver_node_id"):
-        nodes = {n["node_id"]: n.get("resources_total") or {} for n in tb.ray_nodes()}
+        nodes = {n["node_id"]: n.get("resources_total") or {} for n in tb.ray_nodes(ns)}
         assert "gpu_node" in nodes.get(job["driver_node_id"], {}), (job["driver_node_id"], nodes)
     assert job["runtime_env"]["env_vars"] == spec["runtimeEnv"]["envVars"]
     return job
@@ -224,9 +235,22 @@ def test_colocated_lifecycle(
     assert [r["metadata"]["name"] for r in rayclusters(ns)] == [cluster]
     assert {p["metadata"]["uid"] for p in cluster_pods(ns, cluster)} == pods_before
 
-    # upgrade with a changed recipe and worker template: new Ray pods (crd: the same RayCluster's, nameHash:
-    # a new RayCluster's), the old job stopped, one new job
-    changed = [*operator, "--set", "recipe.numRollout=7", "--set", "gpuPods.nccl.debug=INFO"]
+    # upgrade with a changed recipe: the RayCluster and its pods stay, so the head does: submit stops the old
+    # job on it and submits one new
+    recipe = [*operator, "--set", "recipe.numRollout=7"]
+    tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED, *recipe)
+    assert [r["metadata"]["name"] for r in rayclusters(ns)] == [cluster]
+    assert {p["metadata"]["uid"] for p in cluster_pods(ns, cluster)} == pods_before
+    job_recipe = check_single_job(rel, ns, tb.run_spec(ns, spec_fullname(ns, rel)))
+    assert job_recipe["submission_id"] != job["submission_id"]
+    old = {j["submission_id"]: j["status"] for j in tb.release_jobs(rel, ns)}
+    assert old[job["submission_id"]] == "STOPPED", old
+
+    # upgrade with a changed worker template: new Ray pods (crd: the same RayCluster's, nameHash: a new
+    # RayCluster's), a new head among them, whose fresh job table holds one job: the run's, submitted to the
+    # new head (its submission id covers the recipe and the cluster's name, not the pods' template)
+    head_before = head_pod(ns, cluster)["metadata"]["uid"]
+    changed = [*recipe, "--set", "gpuPods.nccl.debug=INFO"]
     upgraded = time.time()
     if upgrade_method == "crd":
         upgrade_holding_the_old_workers(helm_version, rel, ns, cluster, *changed)
@@ -251,10 +275,10 @@ def test_colocated_lifecycle(
         timeout=60,
     )
     check_cluster_shape(ns, spec2)
+    assert head_pod(ns, spec2["rayCluster"]["name"])["metadata"]["uid"] != head_before
     job2 = check_single_job(rel, ns, spec2)
-    assert job2["submission_id"] != job["submission_id"]
-    old = {j["submission_id"]: j["status"] for j in tb.release_jobs(rel, ns)}
-    assert old[job["submission_id"]] in ("STOPPED", "FAILED", "SUCCEEDED"), old
+    assert (job2["submission_id"] == job_recipe["submission_id"]) == (upgrade_method == "crd")
+    assert [j["submission_id"] for j in tb.release_jobs(rel, ns)] == [job2["submission_id"]]
 
     # uninstall removes everything the release created, hook leftovers included
     tb.uninstall_cleanly(helm_version, rel, ns, leftovers)

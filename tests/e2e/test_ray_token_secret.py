@@ -2,14 +2,16 @@
 
 With the default values preflight creates the token Secret itself (a hook pod, with the release's own
 RBAC, against the real API server): once, with a random token that appears in no manifest, no Helm
-release and no log, and never rewritten by an upgrade. The testbed's one Ray head runs with its own
-token, which the other e2e installs name through values-local-testbed.yaml; this release's Ray pods hold
-another, so only preflight of the hooks runs here (the lifecycle test covers the others with the token).
+release and no log, and never rewritten by an upgrade; the release's Ray head (a container on the real node)
+runs with it and refuses a job without it. The other e2e installs name the testbed's token Secret through
+values-local-testbed.yaml; only preflight of the hooks runs here (the lifecycle test covers the others).
 """
 
 from __future__ import annotations
 
 import base64
+import urllib.error
+import urllib.request
 from typing import Any
 
 import pytest
@@ -29,6 +31,14 @@ GENERATED = [
 
 def token_secret(ns: str) -> dict[str, Any]:
     return dict(tb.kget("secret", ns, f"{RELEASE}-miles-ray-auth"))
+
+
+def head_ready(ns: str) -> bool:
+    try:
+        tb.ray_head(ns)
+    except AssertionError:
+        return False
+    return True
 
 
 def files_containing(text: str) -> list[str]:
@@ -60,6 +70,19 @@ def test_preflight_creates_the_ray_token_secret_once_and_shows_it_nowhere(namesp
     )
     assert files_containing(token) == []
 
+    # the chart's head runs with it: a job without the token, or with another, is refused
+    tb.wait_until("the release's Ray head to be Ready", lambda: head_ready(ns), timeout=300, interval=2)
+    for wrong, code in ((None, 401), ("not-the-token", 403)):
+        req = tb.ray_request(ns, "/api/jobs/", "POST", token=wrong)
+        req.data = b'{"entrypoint": "echo pwned"}'
+        req.add_header("Content-Type", "application/json")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=10)
+        assert refused.value.code == code
+    with urllib.request.urlopen(tb.ray_request(ns, "/api/jobs/", token=token), timeout=10) as r:
+        assert r.status == 200
+        assert b"echo pwned" not in r.read()
+
     # an upgrade keeps it: preflight never rewrites an existing Secret
     tb.deploy("helm4", "upgrade", RELEASE, ns, VALUES, *GENERATED)
     assert token_secret(ns)["metadata"]["uid"] == secret["metadata"]["uid"]
@@ -71,19 +94,3 @@ def test_preflight_creates_the_ray_token_secret_once_and_shows_it_nowhere(namesp
     # the pre-phase right to create Secrets went with the pre hooks
     roles = tb.kubectl("-n", ns, "get", "roles", "-o", "name").out.split()
     assert f"role.rbac.authorization.k8s.io/{RELEASE}-miles-hooks-preflight" not in roles
-
-
-def test_the_ray_head_refuses_an_unauthenticated_job_submission() -> None:
-    """The testbed head (up.sh) runs as the chart starts Ray: no token, no job; the hooks that submitted
-    the other tests' jobs did so with the token the chart wired into them."""
-    import urllib.error
-    import urllib.request
-
-    for token, code in ((None, 401), ("not-the-token", 403)):
-        req = tb.ray_request("/api/jobs/", "POST", token=token)
-        req.data = b'{"entrypoint": "echo pwned"}'
-        req.add_header("Content-Type", "application/json")
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(req, timeout=10)
-        assert refused.value.code == code
-    assert not [j for j in tb.ray_jobs() if j["entrypoint"] == "echo pwned"]

@@ -1,7 +1,8 @@
-"""The real node (ci/cluster/node.sh): kubelet + kube-proxy + containerd/runc join the e2e testbed, and the
-chart's own hook pod spec -- securityContext, read-only root, volumes, service account token -- runs there as
-a real container from the hooks image `make tools` built. The kubelet's own checks are the ones that refuse
-a bad securityContext.
+"""The real node (ci/cluster/node.sh, part of the testbed): kubelet + kube-proxy + containerd/runc, where
+every release's Ray head runs. Here the chart's own hook pod spec -- securityContext, read-only root, volumes,
+service account token -- runs there as a real container from the hooks image `make tools` built (the kubelet's
+own checks are the ones that refuse a bad securityContext), and so do the chart's head and reward service,
+checked closely.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +23,16 @@ import yaml
 
 pytestmark = pytest.mark.cluster
 
-NODE = "real-cpu-0"
+NODE = tb.REAL_NODE
 HOOKS_IMAGE = "localhost/miles-hooks:testbed"
 STANDIN_IMAGE = "localhost/miles-standin:testbed"  # the testbed's stand-in for the miles image
-NODE_SH = str(tb.REPO / "ci" / "cluster" / "node.sh")
 
 
 @pytest.fixture(scope="module")
-def real_node(testbed: Path) -> Iterator[str]:
-    tb.run([NODE_SH, "up"], timeout=300)
-    try:
-        yield NODE
-    finally:
-        tb.run([NODE_SH, "down"], check=False, timeout=300)
+def real_node(testbed: Path) -> str:
+    node = tb.kget("node", name=NODE)
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"]), node
+    return NODE
 
 
 def rendered(namespace: str, *extra: str) -> list[dict[str, Any]]:
@@ -147,8 +144,8 @@ def ready_pod(namespace: str, selector: str) -> dict[str, Any] | None:
 
 
 def on_the_real_node(cluster: dict[str, Any]) -> dict[str, Any]:
-    """The chart's RayCluster with its head placed on the real node and no workers: the simulated GPU
-    workers would join the testbed's local head, not this one."""
+    """The chart's RayCluster with its head placed on the real node and no workers: this looks at the head
+    alone (the lifecycle tests at the whole cluster)."""
     place_on_the_real_node(cluster["spec"]["headGroupSpec"]["template"]["spec"], "4Gi")
     for group in cluster["spec"]["workerGroupSpecs"]:
         group["replicas"] = group["minReplicas"] = group["maxReplicas"] = 0

@@ -26,8 +26,9 @@ CHART = REPO / "charts" / "miles"
 VALUES = REPO / "values"
 OVERLAY = VALUES / "values-local-testbed.yaml"
 FSX_DIR = Path(os.environ.get("FSX_DIR") or "/tmp/miles-testbed-fsx")
-RAY_DASHBOARD = f"http://127.0.0.1:{os.environ.get('RAY_DASHBOARD_PORT', '28265')}"
-RAY_TOKEN_FILE = CLUSTER_DIR / "ray-auth-token"  # the testbed Ray head's token (ci/cluster/up.sh)
+REAL_NODE = os.environ.get("REAL_NODE_NAME", "real-cpu-0")  # ci/cluster/node.sh: where the Ray heads run
+# the token up.sh made, which storage.sh puts in every namespace as the Secret the overlay names
+RAY_TOKEN_FILE = CLUSTER_DIR / "ray-auth-token"
 JOURNAL = CLUSTER_DIR / "runner" / "journal.jsonl"
 HOOK_ORDER = ["preflight", "prepare-data", "convert", "wait-ready", "verify", "submit"]
 
@@ -251,9 +252,27 @@ def hook_steps(entries: list[dict[str, Any]]) -> list[str]:
     return steps
 
 
-def ray_request(path: str, method: str = "GET", token: str | None = "testbed") -> urllib.request.Request:
-    """A request to the testbed Ray head's dashboard; by default with its token (token=None: without)."""
-    req = urllib.request.Request(RAY_DASHBOARD + path, method=method)
+def ray_head(namespace: str) -> str:
+    """The address of the namespace's Ray head: its head pod on the real node that is Ready and not being
+    deleted (the newest, while a replaced one is still there); this machine routes to the node's pods."""
+    pods = [
+        p
+        for p in kget("pods", namespace, selector="ray.io/node-type=head")["items"]
+        if not p["metadata"].get("deletionTimestamp")
+        and p["status"].get("podIP")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    ]
+    assert pods, f"no Ready Ray head pod in namespace {namespace}"
+    newest = max(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+    return str(newest["status"]["podIP"])
+
+
+def ray_request(
+    namespace: str, path: str, method: str = "GET", token: str | None = "testbed"
+) -> urllib.request.Request:
+    """A request to the dashboard of the namespace's Ray head; by default with the testbed's token (which
+    the overlay's releases use), token=None: without one."""
+    req = urllib.request.Request(f"http://{ray_head(namespace)}:8265{path}", method=method)
     if token == "testbed":
         token = RAY_TOKEN_FILE.read_text().strip()
     if token is not None:
@@ -261,52 +280,52 @@ def ray_request(path: str, method: str = "GET", token: str | None = "testbed") -
     return req
 
 
-def ray_jobs() -> list[dict[str, Any]]:
-    with urllib.request.urlopen(ray_request("/api/jobs/"), timeout=10) as r:
+def ray_jobs(namespace: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(ray_request(namespace, "/api/jobs/"), timeout=10) as r:
         return list(json.loads(r.read()))
 
 
-def ray_nodes() -> list[dict[str, Any]]:
-    """Ray's node table (state API): node_id, state, resources_total, ..."""
-    with urllib.request.urlopen(ray_request("/api/v0/nodes?limit=1000"), timeout=10) as r:
+def ray_nodes(namespace: str) -> list[dict[str, Any]]:
+    """Ray's node table (state API) of the namespace's head: node_id, state, resources_total, ..."""
+    with urllib.request.urlopen(ray_request(namespace, "/api/v0/nodes?limit=1000"), timeout=10) as r:
         return list(json.loads(r.read())["data"]["result"]["result"])
 
 
-def alive_ray_workers(namespace: str | None = None) -> list[str]:
-    """The alive local Ray workers (of ``namespace``'s pods, or of any), as "namespace/pod" names."""
+def alive_ray_workers(namespace: str) -> list[str]:
+    """The local Ray worker nodes (``ray start`` processes the pod runner started) still running for
+    ``namespace``'s pods, as "namespace/pod" names: found by the pod their ``--labels`` name."""
     found = []
-    for node in ray_nodes():
-        labels = node.get("labels") or {}
-        pod_ns = labels.get(pod_runner.NODE_LABEL_NAMESPACE)
-        if node.get("state") == "ALIVE" and pod_ns and (namespace is None or pod_ns == namespace):
-            found.append(f"{pod_ns}/{labels.get(pod_runner.NODE_LABEL_POD)}")
-    return found
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"start" not in argv:
+            continue
+        for arg in argv:
+            if arg.startswith(b"--labels="):
+                labels = json.loads(arg.removeprefix(b"--labels="))
+                if labels.get(pod_runner.NODE_LABEL_NAMESPACE) == namespace:
+                    found.append(f"{namespace}/{labels.get(pod_runner.NODE_LABEL_POD)}")
+    return sorted(set(found))
 
 
 def release_jobs(release: str, namespace: str) -> list[dict[str, Any]]:
     return [
         j
-        for j in ray_jobs()
+        for j in ray_jobs(namespace)
         if (j.get("metadata") or {}).get("miles.release") == release
         and (j.get("metadata") or {}).get("miles.namespace") == namespace
     ]
 
 
-def stop_job(submission_id: str) -> None:
-    try:
-        with urllib.request.urlopen(ray_request(f"/api/jobs/{submission_id}/stop", "POST"), timeout=10):
-            pass
-    except OSError:
-        pass
-
-
-def wait_for_no_ray_workers(namespace: str | None, timeout: float) -> None:
-    """Wait until no local Ray worker (of ``namespace``'s pods, or of any) is alive; else fail naming them."""
+def wait_for_no_ray_workers(namespace: str, timeout: float) -> None:
+    """Wait until no local Ray worker of ``namespace``'s pods runs; else fail naming them."""
     deadline = time.monotonic() + timeout
     while left := alive_ray_workers(namespace):
         if time.monotonic() > deadline:
             raise AssertionError(
-                f"local Ray workers still alive {timeout:.0f}s after their pods should have gone: {left} "
+                f"local Ray workers still running {timeout:.0f}s after their pods should have gone: {left} "
                 f"(the pod runner's log: {CLUSTER_DIR / 'logs' / 'pod-runner.log'})"
             )
         time.sleep(0.5)
@@ -325,12 +344,10 @@ def wait_until(what: str, fn: Any, timeout: float = 60, interval: float = 0.5) -
 
 def as_seen_by_hooks(spec_text: str) -> dict[str, Any]:
     """The run spec as a hook process on the testbed reads it: the pod runner maps the storage mount to
-    $FSX_DIR and the RayCluster head Service to the local Ray head (same functions as the runner)."""
+    $FSX_DIR (same function as the runner). It also maps the head Service to the head pod's address, which
+    exists only once the head does: the spec here keeps the Service's name."""
     mount = json.loads(spec_text)["storage"]["mountPath"]
-    text = pod_runner.Runner.map_paths(spec_text, [(mount.rstrip("/"), str(FSX_DIR))])
-    dashboard = RAY_DASHBOARD.removeprefix("http://")
-    text = pod_runner.SERVICE_REF.sub(lambda m: dashboard if m.group(2) == "8265" else m.group(0), text)
-    return dict(json.loads(text))
+    return dict(json.loads(pod_runner.Runner.map_paths(spec_text, [(mount.rstrip("/"), str(FSX_DIR))])))
 
 
 def run_spec(namespace: str, fullname: str) -> dict[str, Any]:

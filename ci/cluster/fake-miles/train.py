@@ -3,9 +3,9 @@ are simulated; nothing is trained.
 
 The arguments go through the real ``miles.utils.arguments.parse_args`` (PyPI miles-rl in the contract
 venv that `make tools` builds, driven by ci/miles-contract/parse_argv.py), with this job's environment,
-the run's real paths on the shared storage and the HF config.json prepare-data fetched. The local Ray
-head's environment names the interpreter and the driver (``MILES_CONTRACT_PYTHON``,
-``MILES_CONTRACT_DRIVER``; ci/cluster/up.sh sets them).
+the run's real paths on the shared storage and the HF config.json prepare-data fetched. The environment of
+the Ray worker nodes (where the job's driver runs) names the interpreter and the driver
+(``MILES_CONTRACT_PYTHON``, ``MILES_CONTRACT_DRIVER``; ci/cluster/up.sh sets them).
 """
 
 import json

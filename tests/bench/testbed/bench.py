@@ -5,7 +5,7 @@
    to the Ray job submitted, and each hook's share (from the pod runner's journal);
 2. disaggregated run on 128 simulated GPU nodes (1024 GPUs: 64 actor nodes + 512 rollout GPUs = 128 workers):
    the same figures. There, every worker pod is only simulated (MAX_RAY_WORKERS=0: 128 local raylets do not
-   fit this machine), so verify is off and the submitted job stays PENDING (no `gpu_node` in the local Ray);
+   fit this machine), so verify is off and the submitted job stays PENDING (no `gpu_node` in its Ray);
    the figure is install -> job submitted, which is what the hooks guarantee;
 3. API requests made by `wait-ready` at 2 and at 128 nodes (API server audit log, by the pod bound into the
    hook's service-account token) and its duration;
@@ -33,7 +33,6 @@ REPO = HERE.parents[2]
 os.environ.setdefault("TESTBED_PORT_OFFSET", "2000")
 os.environ.setdefault("CLUSTER_DIR", str(REPO / ".tools" / "cluster-bench"))
 os.environ.setdefault("FSX_DIR", "/tmp/miles-testbed-fsx-bench")
-os.environ.setdefault("RAY_DASHBOARD_PORT", str(28265 + int(os.environ["TESTBED_PORT_OFFSET"])))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 import seed  # noqa: E402
@@ -133,8 +132,6 @@ def install(name: str, values: list[Path], extra: list[str], mirror: Path) -> di
         "helmStderrTail": res.err[-300:],
     }
     tb.helm("helm4", "uninstall", rel, "-n", ns, "--wait", "--timeout", "5m", check=False)
-    for j in tb.release_jobs(rel, ns):
-        tb.stop_job(j["submission_id"])
     tb.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     return out
 
