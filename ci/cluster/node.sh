@@ -115,6 +115,11 @@ failCgroupV1: false
 failSwapOn: false
 cgroupsPerQOS: false
 enforceNodeAllocatable: []
+# Without pod cgroups (cgroupsPerQOS: false) the kubelet's in-place resize path dereferences a pod cgroup
+# config its no-op pod container manager never has: v1.34.4 panicked there (kuberuntime_manager.go:839,
+# doPodResizeAction) on a pod it judged resized, and the node was gone for the rest of the e2e run.
+featureGates:
+  InPlacePodVerticalScaling: false
 clusterDNS: [10.96.0.10]
 clusterDomain: cluster.local
 registerNode: true

@@ -60,6 +60,10 @@ def testbed() -> Iterator[Path]:
 def release_namespace() -> Iterator[str]:
     """A namespace of its own with the shared-storage claim and the `hf-token` Secret; on exit every release
     in it is uninstalled (its Ray head, and with it its jobs, go with it) and everything removed."""
+    # a testbed process that died (the real node's kubelet, say) fails every test after it in ways far from
+    # the cause: name it here instead
+    dead = tb.dead_processes()
+    assert not dead, "testbed process(es) no longer running:\n" + "\n".join(dead)
     ns = f"e2e-{uuid.uuid4().hex[:8]}"
     tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), ns, "fsx-claim"])
     tb.kubectl(

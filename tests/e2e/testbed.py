@@ -190,6 +190,23 @@ def uninstall_cleanly(version: str, release: str, namespace: str, leftovers: Any
     wait_until("no object of the release left", lambda: not leftovers(release, namespace), timeout=60)
 
 
+def dead_processes() -> list[str]:
+    """The testbed processes (ci/cluster's pid files: control plane, kwok, runner, the real node's kubelet,
+    containerd, kube-proxy) that no longer run, each with the tail of its log."""
+    dead = []
+    for pid_file in sorted((CLUSTER_DIR / "run").glob("*.pid")):
+        pid, _, started = pid_file.read_text().strip().partition(" ")
+        try:
+            alive = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19] == started
+        except (OSError, IndexError):
+            alive = False
+        if not alive:
+            log = CLUSTER_DIR / "logs" / f"{pid_file.stem}.log"
+            tail = log.read_text(errors="replace")[-1500:] if log.exists() else "(no log)"
+            dead.append(f"{pid_file.stem} (log {log}):\n{tail}")
+    return dead
+
+
 def is_up() -> bool:
     if not KUBECONFIG.exists():
         return False
