@@ -167,15 +167,19 @@ node_down() {
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $node_dir/containerd/containerd.sock" 2>/dev/null || true
   # mounts the kubelet and containerd leave (volumes, snapshots, sandbox namespaces), deepest first
   awk -v d="$node_dir" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l
+  # containerd names each pod sandbox's network namespace cni-<uuid>; killed, it leaves them behind. Ours are those
+  # whose eth0 has an address of this node's pod range; one holding nothing but lo belongs to no running pod of
+  # any testbed (interface indexes cannot tell: each namespace counts its own).
+  local ns
+  for ns in $(ip netns list | awk '$1 ~ /^cni-/ {print $1}'); do
+    if ip -n "$ns" -o -4 addr show 2>/dev/null | grep -q " inet ${node_pod_cidr%.0/24}\." ||
+      [[ $(ip -n "$ns" -o link show 2>/dev/null | grep -vc ': lo:') == 0 ]]; then
+      ip netns del "$ns" 2>/dev/null || true
+    fi
+  done
   ip route del "$node_pod_cidr" 2>/dev/null || true
   ip link del "$node_veth_host" 2>/dev/null || true
   ip netns del "$node_netns" 2>/dev/null || true
-  # containerd names each pod sandbox's network namespace cni-<uuid>; killed, it leaves them behind. With the node's
-  # namespace gone their veth went too: one holding nothing but lo belongs to no running pod (of any testbed).
-  local ns
-  for ns in $(ip netns list | awk '$1 ~ /^cni-/ {print $1}'); do
-    if [[ $(ip -n "$ns" -o link show 2>/dev/null | grep -vc ': lo:') == 0 ]]; then ip netns del "$ns" 2>/dev/null || true; fi
-  done
   "$bin/kubectl" --kubeconfig "$kc" delete node "$REAL_NODE_NAME" --ignore-not-found >/dev/null 2>&1 || true
   rm -rf "$node_dir/containerd/root" "$node_dir/containerd/state" "$node_dir/kubelet/root"
 }
