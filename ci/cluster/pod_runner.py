@@ -275,7 +275,13 @@ class RayWorkers:
                 if pod.metadata.uid in self.procs:
                     return
                 used = {slot for _, slot in self.procs.values()}
-                slot = next(i for i in range(self.limit) if i not in used)
+                free = [i for i in range(self.limit) if i not in used]
+                if not free:
+                    # others waiting for their head at the same time took the last slots
+                    LOG.warning("%s: %d local Ray workers run already: only simulated", name, len(used))
+                    threading.Thread(target=runner.mark_ray_pod_ready, args=(pod,), daemon=True).start()
+                    return
+                slot = free[0]
                 p, log_path = self.popen(pod, runner, address, slot)
                 self.procs[pod.metadata.uid] = (p, slot)
         finally:
