@@ -171,12 +171,12 @@ def test_the_charts_ray_head_runs_as_a_real_container(real_node: str, namespace:
     stand-in miles image: KubeRay's command, env and HTTP probes around the chart's head template (the
     open-files wrapper, /dev/shm, the shared volume, token auth from the Secret) start a real Ray head,
     which KubeRay's readiness probe finds Ready; its Jobs API answers with the token and refuses without."""
-    image = ["--set", "image.repository=localhost/miles-standin", "--set", "image.tag=testbed"]
     # The chart's head raises its open-files limit or exits naming the value: the node's containerd passes
     # on this machine's hard limit (20000 here, far above on EKS's AMIs), so ask for no more than that.
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     limit = ["--set", f"rayCluster.workers.openFilesLimit={min(65536, hard)}"]
-    docs = rendered(namespace, *image, *limit, "--set", "image.pullPolicy=Never")
+    # the testbed overlay names the stand-in image (never pulled) and places the head on the real node
+    docs = rendered(namespace, *limit)
     apply(namespace, *(d for d in docs if d["kind"] in ("ConfigMap", "ServiceAccount")))
     # the testbed overlay names the token Secret storage.sh puts in every namespace
     secret = tb.kget("secret", namespace, "testbed-ray-auth")
