@@ -113,6 +113,37 @@ def test_convert_publishes_then_skips_fast(tmp_path: Path) -> None:
     assert skip_s < 1.0
 
 
+def test_check_only_never_converts_and_names_what_to_do(tmp_path: Path) -> None:
+    """The pre-upgrade convert-check (hooks image, no GPU, no converter in the image): a missing or outdated
+    result fails naming the field and the way out, and nothing is started or written."""
+    raw = conv_spec(tmp_path)
+    path = write(tmp_path / "run.json", raw)
+    count = tmp_path / "count"
+    target = Path(raw["model"]["torchDistPath"])
+    env = env_with(DCP_CONVERTER_COUNT=str(count))
+
+    missing = run_cli("convert", "--spec", str(path), "--check-only", env=env)
+    assert missing.returncode == 1, missing.stderr
+    assert f"model.torchDistPath {target}: no converted checkpoint yet" in missing.stderr
+    assert "uninstall the release and install it again" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    assert not count.exists() and not target.exists()
+    assert not list(target.parent.glob(f".{target.name}*"))  # no lock, no temp dir
+
+    assert run_cli("convert", "--spec", str(path), env=env).returncode == 0
+    published = sorted(p.relative_to(target) for p in target.rglob("*"))
+    valid = run_cli("convert", "--spec", str(path), "--check-only", "--json", env=env)
+    assert valid.returncode == 0 and json.loads(valid.stdout)["skipped"] is True
+
+    (Path(raw["model"]["hfPath"]) / "config.json").write_text(
+        json.dumps({"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 3})
+    )
+    outdated = run_cli("convert", "--spec", str(path), "--check-only", env=env)
+    assert outdated.returncode == 1 and "source changed since conversion" in outdated.stderr, outdated.stderr
+    assert count.read_text().count("\n") == 1
+    assert sorted(p.relative_to(target) for p in target.rglob("*")) == published
+
+
 @pytest.mark.parametrize("damage", ["marker", "shard", "config"])
 def test_partial_or_stale_result_is_redone(tmp_path: Path, damage: str) -> None:
     raw = conv_spec(tmp_path)

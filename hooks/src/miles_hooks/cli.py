@@ -141,7 +141,9 @@ def do_prepare_data(args: argparse.Namespace) -> Output:
 
 
 def do_convert(args: argparse.Namespace) -> Output:
-    return Output(convert.run(_spec(args), timeout=args.timeout, force=args.force))
+    return Output(
+        convert.run(_spec(args), timeout=args.timeout, force=args.force, check_only=args.check_only)
+    )
 
 
 def do_wait_ready(args: argparse.Namespace) -> Output:
@@ -228,6 +230,11 @@ COMMANDS: tuple[Command, ...] = (
         (
             timeout_option(convert.DEFAULT_TIMEOUT, "to wait for the lock and the converter (exit 3 after)"),
             option("--force", action="store_true", help="reconvert even when a valid result exists"),
+            option(
+                "--check-only",
+                action="store_true",
+                help="only check the published result; exit 1 naming what to do when a conversion is needed",
+            ),
         ),
     ),
     Command(

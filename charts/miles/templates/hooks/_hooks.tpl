@@ -118,6 +118,9 @@ command:
   - --kube
   - auto
   {{- end }}
+  {{- if eq $s.key "convertCheck" }}
+  - --check-only
+  {{- end }}
   {{- if eq $s.key "testReport" }}
   - --fail-on
   - {{ $v.hooks.test.reportFailOn | quote }}

@@ -7,6 +7,8 @@ Sequence:
 1. ``convert.enabled: false`` → nothing to do.
 2. Fast path: the published target's marker names the same source (HF path, repo, revision, sha256 of
    ``config.json``) and every recorded file is present with its size → skip (seconds, no torch).
+   ``--check-only`` (the pre-upgrade convert-check Job: hooks image, CPU, no converter) stops here and
+   fails naming what to do when the target is missing or outdated.
 3. Take ``.<target>.lock`` next to the target (stale-lock recovery, heartbeat); re-check 2 (another
    converter may have finished meanwhile); remove leftovers of killed runs and an invalid target.
 4. Run ``convert.command <model args> --hf-checkpoint <hfPath> --save <tmp>`` where ``<tmp>`` is
@@ -283,7 +285,9 @@ def _cleanup_leftovers(target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def run(spec: RunSpec, timeout: float = DEFAULT_TIMEOUT, force: bool = False) -> dict[str, Any]:
+def run(
+    spec: RunSpec, timeout: float = DEFAULT_TIMEOUT, force: bool = False, check_only: bool = False
+) -> dict[str, Any]:
     raw = spec.raw
     if not raw["convert"]["enabled"]:
         LOG.info("convert.enabled is false: skipping")
@@ -299,6 +303,13 @@ def run(spec: RunSpec, timeout: float = DEFAULT_TIMEOUT, force: bool = False) ->
             extra={"fields": {"target": str(target), "seconds": round(time.monotonic() - started, 3)}},
         )
         return {"converted": False, "skipped": True, "reason": "up to date", "target": str(target)}
+    if check_only:
+        raise CheckFailed(
+            f"model.torchDistPath {target}: {why or 'reconversion forced'}. Converting needs GPUs, which the "
+            "running RayCluster holds during an upgrade: uninstall the release and install it again (the "
+            "install's convert hook converts), or set model.torchDistPath to a checkpoint converted from "
+            "this model"
+        )
     LOG.info("conversion needed", extra={"fields": {"target": str(target), "reason": why or "--force"}})
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(target.parent / f".{target.name}.lock", raw["convert"]["lockStaleSeconds"])
