@@ -165,7 +165,7 @@ checkov_env() {
 # Debian packages the image builds and the container runtime come from (images are built without a Docker
 # daemon; see ci/images/build.sh). Installed only when one is missing.
 debian_packages() {
-  local wanted=(mmdebstrap buildah containerd runc containernetworking-plugins socat conntrack) missing=() pkg
+  local wanted=(mmdebstrap buildah containerd runc containernetworking-plugins socat conntrack dnsutils acl) missing=() pkg
   for pkg in "${wanted[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
   ((${#missing[@]} == 0)) && return
   log "installing Debian packages: ${missing[*]}"
@@ -227,6 +227,7 @@ build_cluster() {
   cluster_module kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
   cluster_module kuberay "" kuberay-operator=github.com/ray-project/kuberay/ray-operator
   cluster_module kueue "" kueue=sigs.k8s.io/kueue/cmd/kueue
+  cluster_module coredns "" coredns=.
   # CRDs from the same pinned modules: KubeRay's, and kwok's Logs (so `kubectl logs` reaches runner pods).
   local src version
   mkdir -p "$tools/kuberay/crds" "$tools/kwok/crds"

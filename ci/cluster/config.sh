@@ -68,6 +68,8 @@ FSX_DIR=${FSX_DIR:-/tmp/miles-testbed-fsx}
 FSX_CLAIM=${FSX_CLAIM:-fsx-claim}
 # The chart's storage.mountPath (scenarios: /fsx). The pod runner maps it to $FSX_DIR in every hook process.
 STORAGE_MOUNT_PATH=${STORAGE_MOUNT_PATH:-/fsx}
+# the UID the chart's hook pods run as (hooks.podSecurityContext.runAsUser): storage.sh lets it write to $FSX_DIR
+HOOKS_UID=10001
 
 # The real node (ci/cluster/node.sh): kubelet, kube-proxy and containerd in network namespace $node_netns, joined
 # to the host by a veth pair on a private /30 derived from the port offset (so testbeds side by side differ);
@@ -80,8 +82,10 @@ node_veth_node="mtb$node_slot-n"
 node_host_ip="10.250.$node_slot.1"
 node_ip="10.250.$node_slot.2"
 node_pod_cidr="10.251.$node_slot.0/24"
+# the kube-dns Service's address (the kubelet's clusterDNS), in the API server's service range 10.96.0.0/16
+CLUSTER_DNS_IP=10.96.0.10
 # One of the CPU pool (the labels nodes.py gives its CPU nodes), so the Ray head's placement rules hold there too.
 REAL_NODE_LABELS=${REAL_NODE_LABELS:-node.kubernetes.io/instance-type=$CPU_INSTANCE_TYPE,beta.kubernetes.io/instance-type=$CPU_INSTANCE_TYPE,sagemaker.amazonaws.com/instance-group-name=$CPU_INSTANCE_GROUP,sagemaker.amazonaws.com/node-health-status=Schedulable,sagemaker.amazonaws.com/compute-type=hyperpod,testbed.miles.dev/pool=cpu,miles-testbed/real-node=true}
-# Only pods that tolerate this taint land on it (values-local-testbed.yaml puts the Ray head there): the hook Jobs
-# and every simulated pod stay on the kwok nodes.
+# Only pods that tolerate this taint land on it (values-local-testbed.yaml puts the Ray head, the hook Jobs and the
+# helm-test pods there); the GPU pods stay on the kwok nodes.
 REAL_NODE_TAINTS=${REAL_NODE_TAINTS:-miles-testbed/real-node=true:NoSchedule}

@@ -13,7 +13,7 @@ stop_proc pod-runner            # first: it stops the hook processes it runs
 others=()
 for f in "$CLUSTER_DIR"/run/*.pid; do [[ -e $f ]] && others+=("$(basename "$f" .pid)"); done
 ((${#others[@]})) && stop_proc "${others[@]}"
-root_miles_release
+mountpoints_release
 rm -rf "$CLUSTER_DIR/etcd-data" "$CLUSTER_DIR/runner" "$RAY_TMP"
 
 for ((i = 0; i < 50; i++)); do busy=$(listening_ports); [[ -z $busy ]] && break; sleep 0.1; done

@@ -124,19 +124,27 @@ nodes_ready() {
   [[ $n -ge $1 ]]
 }
 
-# /root/miles is the mount point of ci/cluster/fake-miles inside the Ray processes' mount namespaces. Created
-# when missing and removed when the last testbed using it goes (several testbeds may share it).
-ROOT_MILES_USERS=/tmp/miles-testbed-root-miles.d
-root_miles_acquire() {
-  mkdir -p "$ROOT_MILES_USERS/users"
-  if [[ ! -e /root/miles ]]; then mkdir /root/miles && touch "$ROOT_MILES_USERS/created"; fi
-  touch "$ROOT_MILES_USERS/users/$(printf %s "$CLUSTER_DIR" | sha256sum | cut -c1-12)"
+# The Ray worker processes' mount points (pod_runner.py pod_like): /root/miles for ci/cluster/fake-miles and the
+# shared storage's mount path for $FSX_DIR, bound inside their own mount namespaces. Each is created when
+# missing and removed when the last testbed using them goes (several testbeds may share them).
+MOUNTPOINT_USERS=/tmp/miles-testbed-mountpoints.d
+mountpoints_acquire() {
+  local dir
+  mkdir -p "$MOUNTPOINT_USERS/users" "$MOUNTPOINT_USERS/created"
+  for dir in "$@"; do
+    if [[ ! -e $dir ]]; then
+      mkdir -p "$dir" && printf '%s\n' "$dir" >"$MOUNTPOINT_USERS/created/$(printf %s "$dir" | sha256sum | cut -c1-12)"
+    fi
+  done
+  touch "$MOUNTPOINT_USERS/users/$(printf %s "$CLUSTER_DIR" | sha256sum | cut -c1-12)"
 }
-root_miles_release() {
-  [[ -d $ROOT_MILES_USERS ]] || return 0
-  rm -f "$ROOT_MILES_USERS/users/$(printf %s "$CLUSTER_DIR" | sha256sum | cut -c1-12)"
-  if [[ -z "$(ls -A "$ROOT_MILES_USERS/users" 2>/dev/null)" ]]; then
-    if [[ -f "$ROOT_MILES_USERS/created" ]]; then rmdir /root/miles 2>/dev/null || true; fi
-    rm -rf "$ROOT_MILES_USERS"
-  fi
+mountpoints_release() {
+  [[ -d $MOUNTPOINT_USERS ]] || return 0
+  rm -f "$MOUNTPOINT_USERS/users/$(printf %s "$CLUSTER_DIR" | sha256sum | cut -c1-12)"
+  [[ -z "$(ls -A "$MOUNTPOINT_USERS/users" 2>/dev/null)" ]] || return 0
+  local created
+  for created in "$MOUNTPOINT_USERS"/created/*; do
+    [[ -f $created ]] && { rmdir "$(cat "$created")" 2>/dev/null || true; }
+  done
+  rm -rf "$MOUNTPOINT_USERS"
 }

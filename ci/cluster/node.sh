@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real node for the testbed: kubelet + kube-proxy (the pinned Kubernetes), containerd + runc + the CNI bridge
-# (Debian), in a network namespace of its own, joined to a running testbed as node $REAL_NODE_NAME. Pods on it
+# (Debian) and the cluster's DNS (CoreDNS, the pinned module), in a network namespace of its own, joined to a running testbed as node $REAL_NODE_NAME. Pods on it
 # run as real containers from the images `make tools` built (imported from .tools/images/manifest.json).
 #   ci/cluster/node.sh up     (after ci/cluster/up.sh)
 #   ci/cluster/node.sh down
@@ -21,7 +21,7 @@ ctr=(ctr --address "$node_dir/containerd/containerd.sock" --namespace k8s.io)
 in_netns=(nsenter "--net=/var/run/netns/$node_netns")
 
 node_up() {
-  need_bins kubelet kube-proxy kubectl
+  need_bins kubelet kube-proxy kubectl coredns
   [[ -f $manifest ]] || die "$manifest missing: run \`ci/install-tools.sh images\` (or make tools)"
   command -v socat >/dev/null || die "socat not found: \`apt-get install socat\` (make tools installs it)"
   "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || die "the testbed is not up: run ci/cluster/up.sh first"
@@ -57,6 +57,50 @@ metadata:
 addressType: IPv4
 endpoints: [{addresses: ["$node_host_ip"]}]
 ports: [{name: https, port: 6443, protocol: TCP}]
+EOF
+
+  # --- cluster DNS: CoreDNS on the node's address, behind the kube-dns Service the kubelet hands pods ----------
+  # (it answers for cluster.local from the API server and forwards nothing: no name outside resolves)
+  mkdir -p "$node_dir/coredns"
+  cat >"$node_dir/coredns/Corefile" <<EOF
+.:53 {
+    bind $node_ip
+    errors
+    health $node_ip:8080
+    ready $node_ip:8181
+    cache 5
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig $node_dir/kubeconfig
+        pods insecure
+    }
+}
+EOF
+  start_proc coredns "${in_netns[@]}" "$bin/coredns" -conf "$node_dir/coredns/Corefile"
+  wait_for "CoreDNS ready" 60 "${in_netns[@]}" curl -fsS "http://$node_ip:8181/ready"
+  "$bin/kubectl" --kubeconfig "$kc" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels: {k8s-app: kube-dns}
+spec:
+  clusterIP: $CLUSTER_DNS_IP
+  ports:
+    - {name: dns, port: 53, protocol: UDP}
+    - {name: dns-tcp, port: 53, protocol: TCP}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: kube-dns, endpointslice.kubernetes.io/managed-by: miles-testbed}
+addressType: IPv4
+endpoints: [{addresses: ["$node_ip"]}]
+ports:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
 EOF
 
   # --- containerd + CNI ------------------------------------------------------------------------------------
@@ -120,7 +164,7 @@ enforceNodeAllocatable: []
 # doPodResizeAction) on a pod it judged resized, and the node was gone for the rest of the e2e run.
 featureGates:
   InPlacePodVerticalScaling: false
-clusterDNS: [10.96.0.10]
+clusterDNS: [$CLUSTER_DNS_IP]
 clusterDomain: cluster.local
 registerNode: true
 serializeImagePulls: false
@@ -137,6 +181,13 @@ EOF
   # (conntrack sysctls are left as they are: this machine refuses writes to them)
   wait_for "real node $REAL_NODE_NAME Ready" 120 node_ready "$REAL_NODE_NAME"
   wait_for "kube-proxy on $REAL_NODE_NAME" 60 "${in_netns[@]}" curl -fsS "http://$node_ip:10256/healthz"
+  # what a pod's resolver does: a Service's name, asked of the kube-dns Service through kube-proxy's rules
+  wait_for "cluster DNS through the kube-dns Service" 60 \
+    dns_answers "kubernetes.default.svc.cluster.local"
+}
+
+dns_answers() {
+  [[ -n $("${in_netns[@]}" dig +short +time=2 +tries=1 "@$CLUSTER_DNS_IP" "$1" 2>/dev/null) ]]
 }
 
 node_ready() {
@@ -162,7 +213,7 @@ node_down() {
     local task
     for task in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks kill -s SIGKILL "$task" >/dev/null 2>&1 || true; done
   fi
-  for name in containerd apiserver-forward; do stop_proc "$name"; done
+  for name in containerd coredns apiserver-forward; do stop_proc "$name"; done
   # the runtime shims outlive containerd by design: stop those of this node's containerd
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $node_dir/containerd/containerd.sock" 2>/dev/null || true
   # mounts the kubelet and containerd leave (volumes, snapshots, sandbox namespaces), deepest first

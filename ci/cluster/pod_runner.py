@@ -61,6 +61,7 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
+from node_journal import HookPodJournal
 
 LOG = logging.getLogger("pod-runner")
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -151,7 +152,7 @@ class RayWorkers:
         node_netns: str,
         node_ip: str,
         temp_dir: str,
-        fake_miles: str,
+        binds: list[tuple[str, str]],
         work_dir: Path,
         venv_bin: Path,
         cpus: int,
@@ -159,7 +160,7 @@ class RayWorkers:
         port_base: int,
     ) -> None:
         self.node_netns, self.node_ip, self.temp_dir = node_netns, node_ip, temp_dir
-        self.fake_miles = fake_miles
+        self.binds = binds
         self.work_dir, self.venv_bin = work_dir / "ray-workers", venv_bin
         self.cpus, self.limit, self.port_base = cpus, limit, port_base
         self.procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
@@ -325,7 +326,7 @@ class RayWorkers:
         log_path = self.work_dir / f"{pod.metadata.namespace}_{pod.metadata.name}.log"
         with open(log_path, "ab") as log:
             p = subprocess.Popen(
-                [*pod_like(self.node_netns, self.fake_miles), *ray_start],
+                [*pod_like(self.node_netns, self.binds), *ray_start],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -482,6 +483,9 @@ class Runner:
         self._storage_pairs: dict[int, list[tuple[str, str]]] = {}
         self._pod_namespace: dict[int, str] = {}
         self.proxies = ServiceProxies(self.endpoint_address)
+        self.node_journal = HookPodJournal(
+            self.core, s.work_dir / "node-logs", s.image_regex, self.is_kwok_node, self.journal
+        )
 
     # ------------------------------------------------------------------ discovery
     def _has_kwok_logs_crd(self) -> bool:
@@ -579,6 +583,7 @@ class Runner:
         uid = pod.metadata.uid
         if self.s.ray_workers is not None:
             self.s.ray_workers.on_event(kind, pod, self)
+        self.node_journal.on_event(kind, pod)
         with self.lock:
             run = self.runs.get(uid)
         if run is not None:
@@ -1477,15 +1482,16 @@ def cri_line(line: bytes) -> bytes:
     return ts + b" stdout P " + line + b"\n"
 
 
-def pod_like(netns: str, fake_miles: str) -> list[str]:
+def pod_like(netns: str, binds: list[tuple[str, str]]) -> list[str]:
     """A command prefix running the command as a container on the real node runs: in the node's network
-    namespace (``netns``), in PID and mount namespaces of its own with its own /proc, and with ``fake_miles``
-    at /root/miles (when not ""). A shell is PID 1 there, not the command: PID 1 ignores a SIGTERM it has no
-    handler for (``ray start --block`` has none), so the shell passes SIGTERM on and waits; when it exits, the
-    kernel ends whatever of the namespace is left, as when a container stops."""
-    mount = 'mount --bind "$0" /root/miles || exit 1; ' if fake_miles else ""
+    namespace (``netns``), in PID and mount namespaces of its own with its own /proc, and with each
+    ``(local dir, mount point)`` of ``binds`` mounted as the pod's volumes are (fake-miles at /root/miles, the
+    shared storage's dir at its mount path). A shell is PID 1 there, not the command: PID 1 ignores a SIGTERM
+    it has no handler for (``ray start --block`` has none), so the shell passes SIGTERM on and waits; when it
+    exits, the kernel ends whatever of the namespace is left, as when a container stops."""
+    mounts = "".join(f"mount --bind {shlex.quote(src)} {shlex.quote(dst)} || exit 1; " for src, dst in binds)
     script = (
-        mount + '"$@" & child=$!; trap "kill -TERM $child" TERM; wait $child; rc=$?; wait $child; exit $rc'
+        mounts + '"$@" & child=$!; trap "kill -TERM $child" TERM; wait $child; rc=$?; wait $child; exit $rc'
     )
     return [
         "nsenter",
@@ -1500,7 +1506,7 @@ def pod_like(netns: str, fake_miles: str) -> list[str]:
         "bash",
         "-c",
         script,
-        fake_miles or "pod",
+        "pod",
     ]
 
 
@@ -1636,7 +1642,11 @@ def main(argv: list[str]) -> int:
             node_netns=args.node_netns,
             node_ip=args.node_ip,
             temp_dir=args.ray_temp_dir,
-            fake_miles=s.fake_miles,
+            # the worker pod's volumes as its container would see them: the miles checkout the image carries
+            # and the shared storage (without mount namespaces, neither: the submitted jobs fail then)
+            binds=[(s.fake_miles, "/root/miles"), *((local, mount) for mount, local in s.storage_map)]
+            if s.fake_miles
+            else [],
             work_dir=s.work_dir,
             venv_bin=args.ray_worker_venv_bin,
             cpus=args.ray_worker_cpus,

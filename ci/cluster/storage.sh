@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates the shared-storage stand-in for NAMESPACE: a hostPath PersistentVolume on $FSX_DIR pre-bound to an
-# RWX PersistentVolumeClaim named CLAIM (default fsx-claim, what the chart's `storage.existingClaim` expects),
+# Creates the shared-storage stand-in for NAMESPACE: a hostPath PersistentVolume on $FSX_DIR (writable by the hook
+# pods' UID) pre-bound to an RWX PersistentVolumeClaim named CLAIM (default fsx-claim, what the chart's
+# `storage.existingClaim` expects),
 # and the Secret testbed-ray-auth with the testbed's Ray token (what values-local-testbed.yaml names).
 # Idempotent. Usage: ci/cluster/storage.sh [NAMESPACE] [CLAIM]      (delete: storage.sh --delete NAMESPACE [CLAIM])
 set -euo pipefail
@@ -22,6 +23,10 @@ if ((delete)); then
   exit 0
 fi
 mkdir -p "$FSX_DIR"
+# FSx for Lustre applies no fsGroup, so docs/chart.md has the admin make the shared dirs writable by the hooks' UID
+# once: here a default ACL on the whole stand-in, so what root (the tests' seeding, the Ray pods) writes there
+# stays writable by the hook pods too
+setfacl -R -m "u:$HOOKS_UID:rwX,d:u:$HOOKS_UID:rwX" "$FSX_DIR"
 "$bin/kubectl" "${kc[@]}" get namespace "$ns" >/dev/null 2>&1 || "$bin/kubectl" "${kc[@]}" create namespace "$ns" >/dev/null
 "$bin/kubectl" "${kc[@]}" apply --validate=false -f - >/dev/null <<YAML
 apiVersion: v1

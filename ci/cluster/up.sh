@@ -54,7 +54,7 @@ export MILES_CONTRACT_PYTHON="$root/.tools/miles-contract/bin/python" MILES_CONT
 fake_miles=""
 if [[ $FAKE_MILES == 1 ]] && unshare -m --propagation private true 2>/dev/null; then
   fake_miles="$here/fake-miles"
-  root_miles_acquire
+  mountpoints_acquire /root/miles "$STORAGE_MOUNT_PATH"
 else
   log "mount namespaces unavailable (or FAKE_MILES=0): submitted Ray jobs will fail (no /root/miles)"
 fi
