@@ -43,13 +43,14 @@ if ! wait "$helm_pid"; then
 fi
 log "installed in $((SECONDS - t0)) s"
 
-echo; echo "=== hooks run (in order), from the pod runner's journal ==="
+echo; echo "=== hooks run (in order), from the testbed's journal: node real-cpu-0 = a real container ==="
 python3 - "$CLUSTER_DIR/runner/journal.jsonl" "$ns" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     e = json.loads(line)
     if e["namespace"] == sys.argv[2]:
-        print(f"  {e['pod']:<48} {e['container']:<18} exit {e['exitCode']}  {e['end'] - e['start']:.1f}s")
+        where = e.get("node") or "simulated GPU node (pod runner)"
+        print(f"  {e['pod']:<36} {e['container']:<18} exit {e['exitCode']}  {e['end'] - e['start']:5.1f}s  {where}")
 PY
 echo; echo "=== pods ==="; kubectl -n "$ns" get pods -o wide
 echo; echo "=== RayCluster ==="; kubectl -n "$ns" get raycluster

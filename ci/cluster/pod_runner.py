@@ -43,16 +43,12 @@ import logging
 import math
 import os
 import re
-import selectors
 import shlex
 import signal
-import socket
-import socketserver
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -401,73 +397,6 @@ class RayWorkers:
             self.stop(uid, uid)
 
 
-class ServiceProxies:
-    """Stand-in for the cluster DNS and pod network the hook processes lack (they run on this host, not in
-    pods): one loopback port per Service address, on which each new connection is passed on to the address
-    the Service's EndpointSlices hold at that moment, as a pod's lookup of a headless Service's name gives it.
-    A connection made while the Service has no endpoint is closed at once, as a client of a name that does
-    not resolve yet fails, and retries. Ports are picked by the kernel (loopback only)."""
-
-    def __init__(self, resolve: Callable[[str, str], str | None]) -> None:
-        self.resolve = resolve
-        self.ports: dict[tuple[str, str, int], int] = {}
-        self.servers: list[socketserver.ThreadingTCPServer] = []
-        self.lock = threading.Lock()
-
-    def address(self, ns: str, service: str, port: int) -> str:
-        key = (ns, service, port)
-        with self.lock:
-            if key not in self.ports:
-                server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), self.handler(ns, service, port))
-                server.daemon_threads = True
-                threading.Thread(target=server.serve_forever, daemon=True, name=f"proxy-{service}").start()
-                self.servers.append(server)
-                self.ports[key] = server.server_address[1]
-                LOG.info("%s/%s:%d reachable at 127.0.0.1:%d", ns, service, port, self.ports[key])
-            return f"127.0.0.1:{self.ports[key]}"
-
-    def handler(self, ns: str, service: str, port: int) -> type[socketserver.BaseRequestHandler]:
-        resolve = self.resolve
-
-        class Pipe(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                target = resolve(ns, service)
-                if target is None:
-                    return
-                try:
-                    upstream = socket.create_connection((target, port), timeout=10)
-                except OSError:
-                    return
-                with upstream:
-                    pipe(self.request, upstream)
-
-        return Pipe
-
-    def close(self) -> None:
-        for server in self.servers:
-            server.shutdown()
-            server.server_close()
-
-
-def pipe(a: socket.socket, b: socket.socket) -> None:
-    """Copy bytes both ways until either side closes."""
-    a.settimeout(None)
-    b.settimeout(None)
-    with selectors.DefaultSelector() as sel:
-        sel.register(a, selectors.EVENT_READ, b)
-        sel.register(b, selectors.EVENT_READ, a)
-        while True:
-            for key, _ in sel.select():
-                src: socket.socket = key.fileobj  # type: ignore[assignment]
-                try:
-                    data = src.recv(65536)
-                except OSError:
-                    return
-                if not data:
-                    return
-                key.data.sendall(data)
-
-
 class Runner:
     def __init__(self, s: Settings) -> None:
         self.s = s
@@ -481,8 +410,6 @@ class Runner:
         self.kwok_nodes: dict[str, bool] = {}
         self.kwok_logs = self._has_kwok_logs_crd()
         self._storage_pairs: dict[int, list[tuple[str, str]]] = {}
-        self._pod_namespace: dict[int, str] = {}
-        self.proxies = ServiceProxies(self.endpoint_address)
         self.node_journal = HookPodJournal(
             self.core, s.work_dir / "node-logs", s.image_regex, self.is_kwok_node, self.journal
         )
@@ -618,7 +545,6 @@ class Runner:
 
     def shutdown(self) -> None:
         self.stopping.set()
-        self.proxies.close()
         if self.s.ray_workers is not None:
             self.s.ray_workers.stop_all()
         with self.lock:
@@ -950,7 +876,7 @@ class Runner:
         items: list[Any] | None,
         what: str,
         optional: bool,
-        map_services: bool = False,
+        map_paths: bool = False,
     ) -> None:
         target.mkdir(parents=True, exist_ok=True)
         if items:
@@ -959,20 +885,19 @@ class Runner:
                     if optional:
                         continue
                     raise PodError("CreateContainerConfigError", f"{what}: key {it.key!r} not found")
-                self.write_file(target / it.path, data[it.key], map_services)
+                self.write_file(target / it.path, data[it.key], map_paths)
         else:
             for k, v in data.items():
-                self.write_file(target / k, v, map_services)
+                self.write_file(target / k, v, map_paths)
 
-    def write_file(self, path: Path, content: bytes, map_services: bool = False) -> None:
-        """Write one projected file. ConfigMap text gets the testbed's mappings (shared-storage mount path ->
-        local dir, RayCluster head Service -> its ServiceProxies port), like the run spec paths and dashboard
-        URL."""
+    def write_file(self, path: Path, content: bytes, map_paths: bool = False) -> None:
+        """Write one projected file. ConfigMap text gets the mount paths mapped to the local dirs that back
+        them, like the run spec's paths."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        if map_services:
+        if map_paths:
             try:
-                text = self.map_paths(content.decode(), self._storage_pairs.get(threading.get_ident(), []))
-                content = self.map_services(text, self._pod_namespace.get(threading.get_ident(), "")).encode()
+                text = content.decode()
+                content = self.map_paths(text, self._storage_pairs.get(threading.get_ident(), [])).encode()
             except UnicodeDecodeError:
                 pass
         path.write_bytes(content)
@@ -1045,7 +970,6 @@ class Runner:
                     local = out[m.name] / m.sub_path if m.sub_path else out[m.name]
                     pairs.append((m.mount_path.rstrip("/") or "/", str(local)))
         self._storage_pairs[threading.get_ident()] = self.s.storage_map + pairs
-        self._pod_namespace[threading.get_ident()] = ns
         for v in pod.spec.volumes or []:
             d = pod_dir / "volumes" / v.name
             if v.persistent_volume_claim:
@@ -1277,16 +1201,6 @@ class Runner:
         pattern = r"(?<![\w.\-/])(" + alts + r")(?=/|$|[\s:;,\"'=)\]}])"
         return re.sub(pattern, lambda m: table[m.group(1)], value)
 
-    def map_services(self, value: str, ns: str) -> str:
-        """Map each RayCluster head Service address (``<name>-head-svc[.<ns>[.svc[.cluster.local]]]:<port>``)
-        to its loopback port of ``ServiceProxies``, which reaches the head wherever it is when connected."""
-
-        def sub(m: re.Match[str]) -> str:
-            service, _, rest = m.group(1).partition(".")
-            return self.proxies.address(rest.split(".")[0] or ns, service, int(m.group(2)))
-
-        return SERVICE_REF.sub(sub, value)
-
     def head_gcs(self, value: str, ns: str) -> str | None:
         """The GCS address of a head Service reference, as a pod on the real node reaches it: the address the
         Service's EndpointSlices hold now (None while it has none)."""
@@ -1325,7 +1239,7 @@ class Runner:
         ns, name = run.namespace, run.name
         pairs = self.mount_map(c, vols)
         env = self.container_env(pod, c)
-        env = {k: self.map_services(self.map_paths(v, pairs), ns) for k, v in env.items()}
+        env = {k: self.map_paths(v, pairs) for k, v in env.items()}
         home = pod_dir / "home" / c.name
         home.mkdir(parents=True, exist_ok=True)
         tmp = next((d for s, d in pairs if s == "/tmp"), None)
@@ -1351,7 +1265,7 @@ class Runner:
             base["PATH"] = f"{self.s.venv_bin}:{env['PATH']}"
         argv = list(c.command or []) or list(self.s.default_entrypoint)
         argv += list(c.args or [])
-        argv = [self.map_services(self.map_paths(expand_vars(a, base), pairs), ns) for a in argv]
+        argv = [self.map_paths(expand_vars(a, base), pairs) for a in argv]
         if not argv:
             raise PodError(
                 "CreateContainerError", f"container {c.name}: no command and no default entrypoint"

@@ -136,7 +136,8 @@ def _install_convert_upgrade(
     assert tb.hook_steps(entries) == tb.HOOK_ORDER
     assert all(e["exitCode"] == 0 for e in entries)
     check = hook_entry(entries, "convert-check")
-    assert check["rootMiles"] is None  # the hooks image, on CPU
+    # the hooks image, a real container on the real (CPU) node
+    assert check["node"] == tb.REAL_NODE and check["image"] == "localhost/miles-hooks:testbed", check
     check_log = Path(check["log"]).read_text()
     assert "valid torch_dist checkpoint already published; skipping" in check_log, check_log[-3000:]
     assert "running the converter" not in check_log
