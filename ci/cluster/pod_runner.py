@@ -1,34 +1,29 @@
 #!/usr/bin/env python3
-"""Pod runner of the local testbed: really executes the hook pods that kwok only simulates.
+"""Pod runner of the local testbed: the imitation of a kubelet on the simulated GPU nodes.
 
-kwok fakes the status of every pod on its simulated nodes. For pods whose containers or init containers use
-an image matching ``--image-regex`` (the miles-hooks image) kwok is told to keep its hands off (see
-kwok-stages.yaml) and this runner takes over, doing what a kubelet would do with a container runtime:
+Every pod of the chart that runs a process on a CPU node runs on the testbed's real node (ci/cluster/node.sh).
+What asks for GPUs is scheduled on a kwok node, where no process runs. Two kinds of those pods run here:
 
-* waits until the pod is bound to a kwok-managed node;
-* materialises the pod's volumes into a per-pod work dir: ConfigMap, Secret, downwardAPI and projected
-  volumes (incl. a service-account token from the TokenRequest API, bound to the pod), emptyDir, and
-  PersistentVolumeClaims (through the bound PV's hostPath/local path);
-* resolves the container env like the kubelet (``value`` with ``$(VAR)`` expansion, ``configMapKeyRef``,
-  ``secretKeyRef``, downward-API ``fieldRef``/``resourceFieldRef``, ``envFrom``) through the API;
-* runs the init containers, then the containers, as local processes: every mount path in the command,
-  args and env values is rewritten to the local dir that backs it (``/etc/miles/run.json`` ->
-  ``<work>/…/etc-miles/run.json``); image paths from ``--path-map`` likewise; a RayCluster head
-  Service address (``<cluster>-head-svc.<ns>.svc:<port>``) is mapped to a loopback port of the runner's
-  (``ServiceProxies``) that connects each connection to the address the Service's EndpointSlices hold at
-  that moment (what the headless Service's name resolves to in a pod: the head pod's, on the real node),
-  in the command/env and in materialised ConfigMap files, as these processes run outside the cluster's DNS;
-* runs a container of another image than the hooks image (the convert pod's miles-image container) in a
-  private mount namespace with ``--fake-miles`` bind-mounted at ``/root/miles``, the miles checkout that image
-  carries, so paths under ``/root/miles`` in the run spec resolve unchanged (as for the Ray processes);
-* gives the process a kubeconfig holding the pod's own service-account token (``KUBECONFIG``), so the hook
-  has exactly the pod's RBAC;
-* writes the pod status back (Running, then each container terminated with its exit code; phase
-  Succeeded/Failed), and makes the logs readable: ``kubectl logs`` works through kwok's kubelet server
-  (a kwok ``Logs`` object per pod points at the local log file), and the last lines are also stored in the
-  pod annotation ``testbed.miles.dev/log-tail``;
-* kills the process group when the pod is deleted.
+* pods with a container or init container of an image matching ``--image-regex`` (the hooks image): the
+  convert pod. kwok is told to leave them alone (kwok-stages.yaml); this runner, once the pod is bound:
 
+  - materialises its volumes into a per-pod work dir: ConfigMap, Secret, emptyDir and PersistentVolumeClaim
+    (through the bound PV's hostPath/local path); another volume type, or a pod that would get a
+    service-account token, fails the pod (nothing it does not need is imitated);
+  - resolves the container env like the kubelet (``value`` with ``$(VAR)`` expansion, ``configMapKeyRef``,
+    ``secretKeyRef``, ``fieldRef``/``resourceFieldRef``, ``envFrom``) through the API;
+  - runs the init containers, then the containers, as local processes: every mount path in the command,
+    args, env values and mounted ConfigMap files is rewritten to the local dir that backs it; image paths
+    from ``--path-map`` likewise; a container of another image than the hooks image (the miles image) runs in
+    a private mount namespace with ``--fake-miles`` at ``/root/miles``, the checkout that image carries;
+  - writes the pod status back (Running, then each container terminated with its exit code; phase
+    Succeeded/Failed); ``kubectl logs`` works through kwok's kubelet server (a kwok ``Logs`` object per pod),
+    and the last lines are in the pod annotation ``testbed.miles.dev/log-tail``;
+  - kills the process group when the pod is deleted;
+
+* KubeRay worker pods: one real Ray worker node each, joined to the release's head (``RayWorkers``).
+
+Its pod watch also feeds the journal of the real node's hook containers (node_journal.py: it only observes).
 Only the standard library and the ``kubernetes`` client are used. Exit: 0 on SIGTERM/SIGINT, 2 on bad input.
 """
 
@@ -94,7 +89,6 @@ class Settings:
     venv_bin: Path
     path_map: list[tuple[str, str]]
     api_server: str
-    ca_data: str
     default_entrypoint: list[str]
     grace_seconds: float = 5.0
     ray_workers: RayWorkers | None = None
@@ -601,8 +595,14 @@ class Runner:
                 statuses=None,
                 start=True,
             )
+            if pod.spec.automount_service_account_token is not False:
+                # the pods it runs (the convert pod) call no API; a token it would imitate untested
+                raise PodError(
+                    "CreateContainerConfigError",
+                    "the testbed's pod runner mounts no service-account token: this pod needs "
+                    "automountServiceAccountToken: false (or a place on the real node)",
+                )
             vols = self.materialise_volumes(pod, pod_dir)
-            kubeconfig = self.service_account_kubeconfig(pod, pod_dir)
             init_statuses: list[dict[str, Any]] = []
             for c in pod.spec.init_containers or []:
                 st = self.waiting_status(c)
@@ -618,7 +618,7 @@ class Runner:
                     init_statuses=init_statuses,
                     statuses=statuses,
                 )
-                code, tail = self.run_container(run, pod, c, vols, kubeconfig, pod_dir)
+                code, tail = self.run_container(run, pod, c, vols, pod_dir)
                 init_statuses[i] = self.terminated_status(c, init_statuses[i], code, tail)
                 if code != 0 or run.deleted.is_set():
                     self.finish(pod, run, init_statuses, statuses, failed=True)
@@ -637,7 +637,7 @@ class Runner:
             for i, c in enumerate(pod.spec.containers):
 
                 def target(i: int = i, c: client.V1Container = c) -> None:
-                    results[i] = self.run_container(run, pod, c, vols, kubeconfig, pod_dir)
+                    results[i] = self.run_container(run, pod, c, vols, pod_dir)
 
                 t = threading.Thread(target=target, daemon=True)
                 t.start()
@@ -987,53 +987,16 @@ class Runner:
                         f.chmod(0o600)
             elif v.empty_dir is not None:
                 d.mkdir(parents=True, exist_ok=True)
-            elif v.downward_api:
-                d.mkdir(parents=True, exist_ok=True)
-                for it in v.downward_api.items or []:
-                    self.write_file(d / it.path, self.downward_item(pod, it).encode())
-            elif v.projected:
-                d.mkdir(parents=True, exist_ok=True)
-                for src in v.projected.sources or []:
-                    if src.config_map:
-                        opt = bool(src.config_map.optional)
-                        data = self.read_cm(ns, src.config_map.name, opt) or {}
-                        self.write_items(
-                            d, data, src.config_map.items, f'configmap "{src.config_map.name}"', opt, True
-                        )
-                    elif src.secret:
-                        opt = bool(src.secret.optional)
-                        data = self.read_secret(ns, src.secret.name, opt) or {}
-                        self.write_items(d, data, src.secret.items, f'secret "{src.secret.name}"', opt)
-                    elif src.downward_api:
-                        for it in src.downward_api.items or []:
-                            self.write_file(d / it.path, self.downward_item(pod, it).encode())
-                    elif src.service_account_token:
-                        sat = src.service_account_token
-                        tok = self.token(
-                            pod, [sat.audience] if sat.audience else None, sat.expiration_seconds or 3600
-                        )
-                        self.write_file(d / sat.path, tok.encode())
-            elif v.host_path:
-                d = pod_dir / "hostpath" / v.name
-                d.mkdir(parents=True, exist_ok=True)
             else:
-                LOG.warning(
-                    "%s/%s: volume %s of an unsupported type: an empty dir stands in",
-                    ns,
-                    pod.metadata.name,
-                    v.name,
+                # what the pods it runs (the convert pod) mount is above; anything else would be imitated
+                # untested, so the pod fails as a kubelet's does on a volume it cannot mount
+                raise PodError(
+                    "FailedMount",
+                    f"volume {v.name!r}: the testbed's pod runner mounts persistentVolumeClaim, configMap, "
+                    "secret and emptyDir volumes only",
                 )
-                d.mkdir(parents=True, exist_ok=True)
             out[v.name] = d
         return out
-
-    def downward_item(self, pod: client.V1Pod, it: Any) -> str:
-        if it.field_ref:
-            return self.field_value(pod, it.field_ref.field_path)
-        if it.resource_field_ref:
-            r = it.resource_field_ref
-            return self.resource_value(pod, r.container_name, r.resource, r.divisor, pod.spec.containers[0])
-        return ""
 
     def claim_dir(self, ns: str, claim: str) -> Path:
         try:
@@ -1056,75 +1019,6 @@ class Runner:
             p = self.s.work_dir / "pv" / pv.metadata.name
         p.mkdir(parents=True, exist_ok=True)
         return p
-
-    # ------------------------------------------------------------------ credentials
-    def token(self, pod: client.V1Pod, audiences: list[str] | None, seconds: int) -> str:
-        sa = pod.spec.service_account_name or "default"
-        body = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(
-                audiences=audiences or [],
-                expiration_seconds=max(600, seconds),
-                bound_object_ref=client.V1BoundObjectReference(
-                    api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
-                ),
-            )
-        )
-        try:
-            resp = self.core.create_namespaced_service_account_token(sa, pod.metadata.namespace, body)
-        except ApiException as e:
-            raise PodError(
-                "CreateContainerConfigError", f'token for serviceaccount "{sa}" failed: {e.status} {e.reason}'
-            ) from e
-        return str(resp.status.token)
-
-    def service_account_kubeconfig(self, pod: client.V1Pod, pod_dir: Path) -> Path | None:
-        """A kubeconfig with the pod's own service-account token, when the pod would get one mounted."""
-        mounts_token = any(
-            v.projected and any(s.service_account_token for s in (v.projected.sources or []))
-            for v in pod.spec.volumes or []
-        )
-        if not mounts_token and pod.spec.automount_service_account_token is False:
-            return None
-        tok = self.token(pod, None, 3600)
-        sa = pod.spec.service_account_name or "default"
-        path = pod_dir / "kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": "testbed",
-                            "cluster": {
-                                "server": self.s.api_server,
-                                "certificate-authority-data": self.s.ca_data,
-                            },
-                        }
-                    ],
-                    "users": [
-                        {
-                            "name": f"system:serviceaccount:{pod.metadata.namespace}:{sa}",
-                            "user": {"token": tok},
-                        }
-                    ],
-                    "contexts": [
-                        {
-                            "name": "pod",
-                            "context": {
-                                "cluster": "testbed",
-                                "namespace": pod.metadata.namespace,
-                                "user": f"system:serviceaccount:{pod.metadata.namespace}:{sa}",
-                            },
-                        }
-                    ],
-                    "current-context": "pod",
-                },
-                indent=1,
-            )
-        )
-        path.chmod(0o600)
-        return path
 
     # ------------------------------------------------------------------ env and paths
     def container_env(self, pod: client.V1Pod, c: client.V1Container) -> dict[str, str]:
@@ -1227,13 +1121,12 @@ class Runner:
         return None
 
     # ------------------------------------------------------------------ processes
-    def run_container(  # noqa: PLR0917
+    def run_container(
         self,
         run: PodRun,
         pod: client.V1Pod,
         c: client.V1Container,
         vols: dict[str, Path],
-        kubeconfig: Path | None,
         pod_dir: Path,
     ) -> tuple[int, str]:
         ns, name = run.namespace, run.name
@@ -1258,8 +1151,6 @@ class Runner:
             "KUBERNETES_SERVICE_PORT_HTTPS": api_port,
             "KUBERNETES_PORT": f"tcp://{api_host}:{api_port}",
         }
-        if kubeconfig is not None:
-            base["KUBECONFIG"] = str(kubeconfig)
         base.update(env)
         if "PATH" in env:
             base["PATH"] = f"{self.s.venv_bin}:{env['PATH']}"
@@ -1530,7 +1421,6 @@ def main(argv: list[str]) -> int:
         venv_bin=args.venv_bin,
         path_map=path_map,
         api_server=cluster["server"],
-        ca_data=cluster["certificate-authority-data"],
         default_entrypoint=args.default_entrypoint.split(),
         storage_map=storage_map,
     )
