@@ -66,7 +66,7 @@ KUBERNETES_VERSION_EXPECTED=v1.34.4
 # run spec, so the paths the submitted job gets are valid in the Ray worker processes too.
 FSX_DIR=${FSX_DIR:-/tmp/miles-testbed-fsx}
 FSX_CLAIM=${FSX_CLAIM:-fsx-claim}
-# The chart's storage.mountPath (scenarios: /fsx). The pod runner maps it to $FSX_DIR in every hook process.
+# The chart's storage.mountPath (scenarios: /fsx): the pod runner binds $FSX_DIR there for the processes it runs.
 STORAGE_MOUNT_PATH=${STORAGE_MOUNT_PATH:-/fsx}
 # the UID the chart's hook pods run as (hooks.podSecurityContext.runAsUser): storage.sh lets it write to $FSX_DIR
 HOOKS_UID=10001

@@ -403,7 +403,6 @@ class Runner:
         self.stopping = threading.Event()
         self.kwok_nodes: dict[str, bool] = {}
         self.kwok_logs = self._has_kwok_logs_crd()
-        self._storage_pairs: dict[int, list[tuple[str, str]]] = {}
         self.node_journal = HookPodJournal(
             self.core, s.work_dir / "node-logs", s.image_regex, self.is_kwok_node, self.journal
         )
@@ -869,14 +868,13 @@ class Runner:
             return None
         return {k: base64.b64decode(v) for k, v in (sec.data or {}).items()}
 
-    def write_items(  # noqa: PLR0917
+    def write_items(
         self,
         target: Path,
         data: dict[str, bytes],
         items: list[Any] | None,
         what: str,
         optional: bool,
-        map_paths: bool = False,
     ) -> None:
         target.mkdir(parents=True, exist_ok=True)
         if items:
@@ -885,21 +883,13 @@ class Runner:
                     if optional:
                         continue
                     raise PodError("CreateContainerConfigError", f"{what}: key {it.key!r} not found")
-                self.write_file(target / it.path, data[it.key], map_paths)
+                self.write_file(target / it.path, data[it.key])
         else:
             for k, v in data.items():
-                self.write_file(target / k, v, map_paths)
+                self.write_file(target / k, v)
 
-    def write_file(self, path: Path, content: bytes, map_paths: bool = False) -> None:
-        """Write one projected file. ConfigMap text gets the mount paths mapped to the local dirs that back
-        them, like the run spec's paths."""
+    def write_file(self, path: Path, content: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if map_paths:
-            try:
-                text = content.decode()
-                content = self.map_paths(text, self._storage_pairs.get(threading.get_ident(), [])).encode()
-            except UnicodeDecodeError:
-                pass
         path.write_bytes(content)
 
     def field_value(self, pod: client.V1Pod, field_path: str) -> str:
@@ -959,25 +949,15 @@ class Runner:
     def materialise_volumes(self, pod: client.V1Pod, pod_dir: Path) -> dict[str, Path]:
         ns = pod.metadata.namespace
         out: dict[str, Path] = {}
-        # Claims first: their mount paths are mapped inside ConfigMap files (the run spec's paths).
-        for v in pod.spec.volumes or []:
-            if v.persistent_volume_claim:
-                out[v.name] = self.claim_dir(ns, v.persistent_volume_claim.claim_name)
-        pairs = []
-        for c in (pod.spec.init_containers or []) + pod.spec.containers:
-            for m in c.volume_mounts or []:
-                if m.name in out:
-                    local = out[m.name] / m.sub_path if m.sub_path else out[m.name]
-                    pairs.append((m.mount_path.rstrip("/") or "/", str(local)))
-        self._storage_pairs[threading.get_ident()] = self.s.storage_map + pairs
         for v in pod.spec.volumes or []:
             d = pod_dir / "volumes" / v.name
             if v.persistent_volume_claim:
+                out[v.name] = self.claim_dir(ns, v.persistent_volume_claim.claim_name)
                 continue
             if v.config_map:
                 opt = bool(v.config_map.optional)
                 data = self.read_cm(ns, v.config_map.name, opt) or {}
-                self.write_items(d, data, v.config_map.items, f'configmap "{v.config_map.name}"', opt, True)
+                self.write_items(d, data, v.config_map.items, f'configmap "{v.config_map.name}"', opt)
             elif v.secret:
                 opt = bool(v.secret.optional)
                 data = self.read_secret(ns, v.secret.secret_name, opt) or {}
@@ -1067,8 +1047,15 @@ class Runner:
                 env[e.name] = data[ref.key].decode(errors="replace")
         return env
 
-    def mount_map(self, c: client.V1Container, vols: dict[str, Path]) -> list[tuple[str, str]]:
-        pairs: list[tuple[str, str]] = []
+    def mounts(
+        self, pod: client.V1Pod, c: client.V1Container, vols: dict[str, Path]
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(mapped, bound) as (mount path, local dir) pairs: a claim is bound at its mount path in the
+        container's mount namespace, so the run spec's storage paths resolve as in a pod; the other volumes
+        (ConfigMaps, emptyDirs) and the image paths of ``--path-map`` are mapped in the command and env."""
+        claims = {v.name for v in pod.spec.volumes or [] if v.persistent_volume_claim}
+        mapped: list[tuple[str, str]] = []
+        bound: list[tuple[str, str]] = []
         for m in c.volume_mounts or []:
             base = vols.get(m.name)
             if base is None:
@@ -1077,13 +1064,11 @@ class Runner:
                 )
             local = base / m.sub_path if m.sub_path else base
             if m.sub_path:
-                local.mkdir(parents=True, exist_ok=True) if not local.exists() else None
-            pairs.append((m.mount_path.rstrip("/") or "/", str(local)))
-        mounted = {src for src, _ in pairs}
-        pairs += [p for p in self.s.storage_map if p[0] not in mounted]
-        pairs += self.s.path_map
-        pairs.sort(key=lambda p: len(p[0]), reverse=True)
-        return pairs
+                local.mkdir(parents=True, exist_ok=True)
+            (bound if m.name in claims else mapped).append((m.mount_path.rstrip("/") or "/", str(local)))
+        mapped += self.s.path_map
+        mapped.sort(key=lambda p: len(p[0]), reverse=True)
+        return mapped, bound
 
     @staticmethod
     def map_paths(value: str, pairs: list[tuple[str, str]]) -> str:
@@ -1130,7 +1115,7 @@ class Runner:
         pod_dir: Path,
     ) -> tuple[int, str]:
         ns, name = run.namespace, run.name
-        pairs = self.mount_map(c, vols)
+        pairs, bound = self.mounts(pod, c, vols)
         env = self.container_env(pod, c)
         env = {k: self.map_paths(v, pairs) for k, v in env.items()}
         home = pod_dir / "home" / c.name
@@ -1162,10 +1147,12 @@ class Runner:
                 "CreateContainerError", f"container {c.name}: no command and no default entrypoint"
             )
         # The miles image carries the miles checkout at /root/miles: its containers see the stand-in there.
-        wrapper: list[str] = []
-        if self.s.fake_miles and not self.s.image_regex.search(c.image or ""):
-            wrapper = bind_at_root_miles(self.s.fake_miles)
+        binds = [(local, mount) for mount, local in bound]
+        miles_image = bool(self.s.fake_miles) and not self.s.image_regex.search(c.image or "")
+        if miles_image:
+            binds.append((self.s.fake_miles, "/root/miles"))
             base["MILES_TESTBED_FAKE_MILES"] = self.s.fake_miles
+        wrapper = in_mount_namespace(binds)
         cwd = self.map_paths(c.working_dir, pairs) if c.working_dir else str(home)
         Path(cwd).mkdir(parents=True, exist_ok=True)
         log_path = pod_dir / f"{c.name}.log"
@@ -1177,7 +1164,7 @@ class Runner:
             name,
             c.name,
             " ".join(argv),
-            f" (with {self.s.fake_miles} at /root/miles)" if wrapper else "",
+            "".join(f" ({src} at {dst})" for src, dst in binds),
         )
         started = time.time()
         with open(log_path, "ab", buffering=0) as logf, open(cri_path, "ab", buffering=0) as crif:
@@ -1224,7 +1211,7 @@ class Runner:
                 "exitCode": code,
                 "labels": pod.metadata.labels or {},
                 "log": str(log_path),
-                "rootMiles": self.s.fake_miles if wrapper else None,
+                "rootMiles": self.s.fake_miles if miles_image else None,
             }
         )
         return code, tail
@@ -1315,13 +1302,13 @@ def pod_like(netns: str, binds: list[tuple[str, str]]) -> list[str]:
     ]
 
 
-def bind_at_root_miles(directory: str) -> list[str]:
-    """A command prefix running the command in a private mount namespace with ``directory`` at /root/miles
-    (nothing when ``directory`` is "")."""
-    if not directory:
+def in_mount_namespace(binds: list[tuple[str, str]]) -> list[str]:
+    """A command prefix running the command in a private mount namespace with each ``(local dir, mount
+    point)`` of ``binds`` bound there (nothing when there is none)."""
+    if not binds:
         return []
-    script = 'mount --bind "$0" /root/miles && exec "$@"'
-    return ["unshare", "-m", "--propagation", "private", "--", "bash", "-c", script, directory]
+    mounts = " && ".join(f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}" for src, dst in binds)
+    return ["unshare", "-m", "--propagation", "private", "--", "bash", "-c", mounts + ' && exec "$@"', "pod"]
 
 
 def main(argv: list[str]) -> int:
@@ -1379,8 +1366,8 @@ def main(argv: list[str]) -> int:
         action="append",
         default=[],
         metavar="MOUNT_PATH=LOCAL_DIR",
-        help="the shared storage's mount path and its local dir, mapped in every pod (so the run spec reads "
-        "the same in all hook pods, whether or not they mount the claim); repeatable",
+        help="the shared storage's mount path and its local dir, bound there for the Ray worker nodes (the "
+        "worker pods mount the claim); repeatable",
     )
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
@@ -1446,11 +1433,12 @@ def main(argv: list[str]) -> int:
             node_netns=args.node_netns,
             node_ip=args.node_ip,
             temp_dir=args.ray_temp_dir,
-            # the worker pod's volumes as its container would see them: the miles checkout the image carries
-            # and the shared storage (without mount namespaces, neither: the submitted jobs fail then)
-            binds=[(s.fake_miles, "/root/miles"), *((local, mount) for mount, local in s.storage_map)]
-            if s.fake_miles
-            else [],
+            # the worker pod's volumes as its container would see them: the shared storage and the miles
+            # checkout the image carries (FAKE_MILES=0: none, and the submitted jobs fail)
+            binds=[
+                *((local, mount) for mount, local in s.storage_map),
+                *([(s.fake_miles, "/root/miles")] if s.fake_miles else []),
+            ],
             work_dir=s.work_dir,
             venv_bin=args.ray_worker_venv_bin,
             cpus=args.ray_worker_cpus,

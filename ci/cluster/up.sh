@@ -51,12 +51,15 @@ unset RAY_AUTH_MODE RAY_AUTH_TOKEN RAY_AUTH_TOKEN_PATH
 (umask 077 && "$root/.venv/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$RAY_AUTH_TOKEN_FILE")
 # The stand-in train.py hands its argv to miles' real parser: the contract venv `make tools` builds.
 export MILES_CONTRACT_PYTHON="$root/.tools/miles-contract/bin/python" MILES_CONTRACT_DRIVER="$root/ci/miles-contract/parse_argv.py"
+unshare -m --propagation private true 2>/dev/null ||
+  die "no mount namespaces here (the pod runner binds the shared storage at $STORAGE_MOUNT_PATH in them): run as root"
+mountpoints_acquire "$STORAGE_MOUNT_PATH"
 fake_miles=""
-if [[ $FAKE_MILES == 1 ]] && unshare -m --propagation private true 2>/dev/null; then
+if [[ $FAKE_MILES == 1 ]]; then
   fake_miles="$here/fake-miles"
-  mountpoints_acquire /root/miles "$STORAGE_MOUNT_PATH"
+  mountpoints_acquire /root/miles
 else
-  log "mount namespaces unavailable (or FAKE_MILES=0): submitted Ray jobs will fail (no /root/miles)"
+  log "FAKE_MILES=0: submitted Ray jobs and the convert pod will fail (no /root/miles)"
 fi
 
 # --- etcd ------------------------------------------------------------------------------------------------

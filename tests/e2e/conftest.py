@@ -108,7 +108,7 @@ def inputs_ready(testbed: Path) -> Any:
         values: list[Path], release: str, namespace: str, extra: list[str] | None = None
     ) -> dict[str, Any]:
         raw = tb.rendered_spec(values, release, namespace, extra)
-        seed.publish_converted(raw, testbed)
+        tb.publish_converted(raw)
         return raw
 
     return prepare

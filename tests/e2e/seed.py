@@ -123,6 +123,13 @@ def main(argv: list[str]) -> int:
         help="also prepare the inputs of the release rendered from the helm args after `--` "
         "and publish its converted checkpoint",
     )
+    ap.add_argument(
+        "--publish-spec",
+        type=Path,
+        help="prepare the inputs of this run spec (JSON) and publish its converted checkpoint, reading the "
+        "mirror at <storage.mountPath>/hub-mirror: run where the pods see the storage "
+        "(testbed.on_shared_storage)",
+    )
     ap.add_argument("--release", default="miles")
     ap.add_argument("--namespace", default="default")
     ap.add_argument("helm_args", nargs="*", help="-f values files (after --)")
@@ -130,6 +137,10 @@ def main(argv: list[str]) -> int:
     if not args.fsx.is_absolute():
         print(f"seed.py: --fsx must be an absolute path, got {args.fsx}", file=sys.stderr)
         return 2
+    if args.publish_spec:
+        raw = json.loads(args.publish_spec.read_text())
+        publish_converted(raw, Path(raw["storage"]["mountPath"]) / "hub-mirror")
+        return 0
     mirror = seed(args.fsx)
     print(mirror)
     if args.publish_converted:
@@ -141,7 +152,7 @@ def main(argv: list[str]) -> int:
         if missing:
             print(f"seed.py: values file(s) not found: {', '.join(missing)}", file=sys.stderr)
             return 2
-        publish_converted(testbed.rendered_spec(values, args.release, args.namespace), mirror)
+        testbed.publish_converted(testbed.rendered_spec(values, args.release, args.namespace))
     return 0
 
 

@@ -154,7 +154,7 @@ def preflight_refused_pods(namespace: str, files: list[str], tmp_path: Path, dry
     ]
     spec = tmp_path / f"dry-run-{dry_run}" / "run.json"
     spec.parent.mkdir()
-    spec.write_text(json.dumps(tb.as_seen_by_hooks(hook_copy["data"]["run.json"])))
+    spec.write_text(hook_copy["data"]["run.json"])
     (spec.parent / "manifests.yaml").write_text(hook_copy["data"]["manifests.yaml"])
     cli = str(tb.REPO / ".venv" / "bin" / "miles-hooks")
     res = tb.run([cli, "preflight", "--log-format", "json", "--spec", str(spec)], check=False)
@@ -315,7 +315,7 @@ def test_preflight_passes_valid_configurations_it_once_refused(
         if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "miles-run-hook"
     ]
     spec = tmp_path / "run.json"
-    spec.write_text(json.dumps(tb.as_seen_by_hooks(hook_copy["data"]["run.json"])))
+    spec.write_text(hook_copy["data"]["run.json"])
     (tmp_path / "manifests.yaml").write_text(hook_copy["data"]["manifests.yaml"])
     assert json.loads(spec.read_text())["rayCluster"]["headGpus"] == 1
     res = tb.run(

@@ -10,6 +10,7 @@ the converter again; one Ray job throughout."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -110,11 +111,15 @@ def _install_convert_upgrade(
 
     # the published checkpoint: the layout of the upstream tool, a real DCP, the hook's completion marker
     spec = tb.run_spec(ns, spec_fullname(ns, rel))
-    assert Path(spec["model"]["hfPath"]) == hf and Path(spec["model"]["torchDistPath"]) == target
+    assert (
+        tb.host_path(spec["model"]["hfPath"]) == hf and tb.host_path(spec["model"]["torchDistPath"]) == target
+    )
     assert (target / convert.ITERATION_FILE).read_text().strip() == convert.RELEASE
     marker = json.loads((target / convert.MARKER).read_text())
     assert marker["kind"] == convert.MARKER_KIND and marker["version"] == 1
-    assert marker["source"] == convert.source_identity(spec)
+    # the source the hook saw in its pod: the spec's own paths, the HF config as prepare-data left it
+    assert marker["source"]["hfPath"] == spec["model"]["hfPath"], marker["source"]
+    assert marker["source"]["configSha256"] == hashlib.sha256((hf / "config.json").read_bytes()).hexdigest()
     assert marker["source"]["resolvedRevision"], marker["source"]  # prepare-data's marker, read by convert
     assert marker["tensors"] == 6
     names = {f["name"] for f in marker["files"]}

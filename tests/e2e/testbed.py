@@ -26,6 +26,7 @@ CHART = REPO / "charts" / "miles"
 VALUES = REPO / "values"
 OVERLAY = VALUES / "values-local-testbed.yaml"
 FSX_DIR = Path(os.environ.get("FSX_DIR") or "/tmp/miles-testbed-fsx")
+STORAGE_MOUNT = os.environ.get("STORAGE_MOUNT_PATH") or "/fsx"  # the scenarios' storage.mountPath
 REAL_NODE = os.environ.get("REAL_NODE_NAME", "real-cpu-0")  # ci/cluster/node.sh: where the Ray heads run
 # the token up.sh made, which storage.sh puts in every namespace as the Secret the overlay names
 RAY_TOKEN_FILE = CLUSTER_DIR / "ray-auth-token"
@@ -359,28 +360,60 @@ def wait_until(what: str, fn: Any, timeout: float = 60, interval: float = 0.5) -
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-def as_seen_by_hooks(spec_text: str) -> dict[str, Any]:
-    """The run spec as a hook process on the testbed reads it: the pod runner maps the storage mount to
-    $FSX_DIR (same function as the runner). It also maps the head Service to the head pod's address, which
-    exists only once the head does: the spec here keeps the Service's name."""
-    mount = json.loads(spec_text)["storage"]["mountPath"]
-    return dict(json.loads(pod_runner.Runner.map_paths(spec_text, [(mount.rstrip("/"), str(FSX_DIR))])))
+def on_shared_storage(argv: list[str]) -> list[str]:
+    """``argv`` run where the pods see the shared storage: in a private mount namespace with $FSX_DIR bound
+    at the storage mount path (up.sh made the mount point), so the run spec's paths resolve as in a pod."""
+    script = 'mount --bind "$0" "$1" && shift && exec "$@"'
+    return [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "--",
+        "bash",
+        "-c",
+        script,
+        str(FSX_DIR),
+        STORAGE_MOUNT,
+        *argv,
+    ]
+
+
+def host_path(pod_path: str) -> Path:
+    """Where a path on the shared storage, as the pods see it (``/fsx/...``), is on this host."""
+    rest = Path(pod_path).relative_to(STORAGE_MOUNT)
+    return FSX_DIR / rest
+
+
+def publish_converted(raw: dict[str, Any]) -> None:
+    """seed.publish_converted for this run spec, run where the pods see the shared storage: the markers it
+    writes name the paths the hooks read (a marker naming $FSX_DIR would not match theirs)."""
+    path = CLUSTER_DIR / f"seed-spec-{os.getpid()}-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(raw))
+    try:
+        run(
+            on_shared_storage(
+                [sys.executable, str(REPO / "tests" / "e2e" / "seed.py"), "--publish-spec", str(path)]
+            )
+        )
+    finally:
+        path.unlink()
 
 
 def run_spec(namespace: str, fullname: str) -> dict[str, Any]:
-    """The run spec the release's ConfigMap holds, as the hooks see it."""
+    """The run spec the release's ConfigMap holds (what the hook pods mount)."""
     cm = kget("configmap", namespace, f"{fullname}-run")
-    return as_seen_by_hooks(cm["data"]["run.json"])
+    return dict(json.loads(cm["data"]["run.json"]))
 
 
 def rendered_spec(
     values: list[Path], release: str, namespace: str, extra: list[str] | None = None
 ) -> dict[str, Any]:
-    """The run spec `helm template` renders for these values, as the hook processes see it."""
+    """The run spec `helm template` renders for these values."""
     args = ["template", release, str(CHART), "-n", namespace]
     for v in values:
         args += ["-f", str(v)]
     out = helm("helm", *args, *(extra or [])).out
     m = re.search(r"run\.json: \|-?\n((?:    .*\n|\n)+)", out)
     assert m, "no run.json in the rendered chart"
-    return as_seen_by_hooks("\n".join(line[4:] for line in m.group(1).splitlines()))
+    return dict(json.loads("\n".join(line[4:] for line in m.group(1).splitlines())))

@@ -64,9 +64,7 @@ def test_a_ray_worker_node_runs_as_a_container_would(tmp_path: Path) -> None:
     (volume / "spec.json").write_text("{}")
     subprocess.run(["ip", "netns", "add", netns], check=True)
     try:
-        script = (
-            'cat "$1"/spec.json; echo; echo "$$"; ls /proc | grep -c "^[0-9]"; ip -o link show | wc -l'
-        )
+        script = 'cat "$1"/spec.json; echo; echo "$$"; ls /proc | grep -c "^[0-9]"; ip -o link show | wc -l'
         argv = [*pod_runner.pod_like(netns, [(str(volume), str(mount_point))]), "sh", "-c", script, "sh"]
         out = subprocess.run(
             [*argv, str(mount_point)], capture_output=True, text=True, check=True, timeout=30

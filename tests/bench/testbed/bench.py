@@ -79,7 +79,7 @@ def install(name: str, values: list[Path], extra: list[str], mirror: Path) -> di
     rel = "miles"
     tb.run([str(REPO / "ci" / "cluster" / "storage.sh"), ns, "fsx-claim"])
     tb.kubectl("-n", ns, "create", "secret", "generic", "hf-token", "--from-literal=token=hf_testbed")
-    seed.publish_converted(tb.rendered_spec(values, rel, ns, extra), mirror)
+    tb.publish_converted(tb.rendered_spec(values, rel, ns, extra))
     t0 = time.time()
     res = tb.helm(
         "helm4",
