@@ -16,7 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci" / "cluster"))
 import helm_race
-import pod_runner  # the testbed's pod runner: its path mapping and node labels
+import pod_runner  # the testbed's pod runner: its mount namespaces and node labels
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO / ".tools" / "bin"
@@ -363,20 +363,7 @@ def wait_until(what: str, fn: Any, timeout: float = 60, interval: float = 0.5) -
 def on_shared_storage(argv: list[str]) -> list[str]:
     """``argv`` run where the pods see the shared storage: in a private mount namespace with $FSX_DIR bound
     at the storage mount path (up.sh made the mount point), so the run spec's paths resolve as in a pod."""
-    script = 'mount --bind "$0" "$1" && shift && exec "$@"'
-    return [
-        "unshare",
-        "-m",
-        "--propagation",
-        "private",
-        "--",
-        "bash",
-        "-c",
-        script,
-        str(FSX_DIR),
-        STORAGE_MOUNT,
-        *argv,
-    ]
+    return [*pod_runner.in_mount_namespace([(str(FSX_DIR), STORAGE_MOUNT)]), *argv]
 
 
 def host_path(pod_path: str) -> Path:

@@ -87,6 +87,22 @@ def test_a_ray_worker_node_runs_as_a_container_would(tmp_path: Path) -> None:
         subprocess.run(["ip", "netns", "del", netns], check=False)
 
 
+@pytest.mark.skipif(not can_make_namespaces(), reason="needs root and mount namespaces")
+def test_the_convert_pods_processes_see_the_claim_at_its_mount_path_only(tmp_path: Path) -> None:
+    """in_mount_namespace: what the runner and the tests' seeding run under, so the run spec's storage paths
+    resolve as in a pod, and nothing of it shows on the host."""
+    claim, mount_point = tmp_path / "claim", tmp_path / "fsx"
+    claim.mkdir()
+    mount_point.mkdir()
+    prefix = pod_runner.in_mount_namespace([(str(claim), str(mount_point))])
+    write = subprocess.run(
+        [*prefix, "sh", "-c", 'echo seeded > "$1/marker"', "sh", str(mount_point)], check=False
+    )
+    assert write.returncode == 0
+    assert (claim / "marker").read_text() == "seeded\n" and not (mount_point / "marker").exists()
+    assert pod_runner.in_mount_namespace([]) == []  # nothing bound: the command runs as it is
+
+
 def pod(node: str, image: str, phase_state: client.V1ContainerState) -> client.V1Pod:
     container = client.V1Container(name="submit", image=image, command=["miles-hooks", "submit"], args=["-v"])
     return client.V1Pod(
