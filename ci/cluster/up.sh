@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Brings the local testbed up: etcd, kube-apiserver, kube-controller-manager, kube-scheduler (real, pinned
 # Kubernetes), kwok (simulated nodes/pods), the real KubeRay operator with its CRDs, the pod runner and the
-# real node (ci/cluster/node.sh: kubelet, containerd, kube-proxy), where the Ray heads run. The control plane
+# real node (ci/cluster/node.sh: kubelet, containerd, kube-proxy, CoreDNS), where the Ray heads, hook Jobs, helm-test
+# pods and the reward service run. The control plane
 # listens on 127.0.0.1, the real node and its pods in network namespaces of their own; state lives under
 # .tools/cluster/.
 # Tools must be built first: `ci/install-tools.sh cluster` (or `make tools`).
@@ -41,9 +42,9 @@ pki="$CLUSTER_DIR/pki"
 # --- what the Ray processes need --------------------------------------------------------------------------
 # Each release's Ray head runs on the real node (node.sh) from the miles stand-in image; the pod runner joins one
 # local Ray worker node to it per simulated worker pod. The submitted job runs `cd /root/miles; python3 train.py
-# ...` on such a worker: where mount namespaces are allowed (root), each runs with ci/cluster/fake-miles at
-# /root/miles (an empty mount point is created on the host if missing, and removed by cluster-down), as does the
-# convert pod's miles-image container, so jobs and conversions really run.
+# ...` on such a worker: each runs in a mount namespace with $FSX_DIR at the storage mount path and
+# ci/cluster/fake-miles at /root/miles (empty mount points are created on the host if missing, and removed by
+# cluster-down), as do the convert pod's containers, so jobs and conversions really run.
 export RAY_USAGE_STATS_ENABLED=0
 # The testbed's Ray token is its own: a caller's (e.g. pytest after tests/ray set its cluster's token in the
 # environment) must not leak into the pod runner, which passes each worker only its pod's token.
