@@ -70,13 +70,13 @@ def test_install_runs_a_real_conversion_once(namespace: str, tmp_path: Path) -> 
     )
     values = [*COLOCATED, extra]
     try:
-        _install_convert_upgrade(rel, ns, values, hf=hf, target=target, runs=runs)
+        _install_convert_upgrade(rel, ns, values, hf=hf, target=target, runs=runs, scratch=tmp_path)
     finally:
         shutil.rmtree(models, ignore_errors=True)
 
 
 def _install_convert_upgrade(
-    rel: str, ns: str, values: list[Path], *, hf: Path, target: Path, runs: Path
+    rel: str, ns: str, values: list[Path], *, hf: Path, target: Path, runs: Path, scratch: Path
 ) -> None:
     from miles_hooks.steps import convert
 
@@ -99,7 +99,8 @@ def _install_convert_upgrade(
         "running the converter",
         "/root/miles/tools/convert_hf_to_torch_dist.py",
         "testbed convert_hf_to_torch_dist.py (stand-in",
-        f"converting {hf} -> {target.parent}/.{target.name}.tmp-",
+        # the paths as the convert pod sees them: the claim at its mount path
+        f"converting {tb.pod_path(hf)} -> {tb.pod_path(target.parent)}/.{target.name}.tmp-",
         "(6 tensors)",
         "done",
         "converter finished",
@@ -124,12 +125,17 @@ def _install_convert_upgrade(
     assert marker["tensors"] == 6
     names = {f["name"] for f in marker["files"]}
     assert {"latest_checkpointed_iteration.txt", "release/.metadata", "release/__0_0.distcp"} <= names
-    assert convert.published_mismatch(target, convert.source_identity(spec)) is None
+    # what convert-check will say of it, asked where the pods see the storage: valid and current
+    spec_file = scratch / "run.json"
+    spec_file.write_text(json.dumps(spec))
+    hooks_cli = str(tb.REPO / ".venv" / "bin" / "miles-hooks")
+    cli = [hooks_cli, "convert", "--check-only", "--spec", str(spec_file)]
+    assert "valid torch_dist checkpoint already published" in tb.run(tb.on_shared_storage(cli)).err
     config = json.loads((hf / "config.json").read_text())
     assert convert.validate(target, config)["tensors"] == 6  # torch reads it back
     assert not list(target.parent.glob(f".{target.name}.*")), list(target.parent.glob(f".{target.name}.*"))
     job = check_single_job(rel, ns, spec)
-    assert f"--ref-load {target}" in job["entrypoint"]
+    assert f"--ref-load {tb.pod_path(target)}" in job["entrypoint"]
     assert len(tb.release_jobs(rel, ns)) == 1
 
     # upgrade, nothing changed: convert-check finds the published result valid; no second conversion

@@ -372,6 +372,11 @@ def host_path(pod_path: str) -> Path:
     return FSX_DIR / rest
 
 
+def pod_path(host: Path) -> str:
+    """Where a path under $FSX_DIR on this host is for the pods (``/fsx/...``)."""
+    return str(Path(STORAGE_MOUNT) / host.relative_to(FSX_DIR))
+
+
 def publish_converted(raw: dict[str, Any]) -> None:
     """seed.publish_converted for this run spec, run where the pods see the shared storage: the markers it
     writes name the paths the hooks read (a marker naming $FSX_DIR would not match theirs)."""
