@@ -4,7 +4,8 @@ Each entry of :data:`COMMANDS` names a step, says what it does, lists its option
 points at a small handler that loads the run spec, calls the step and says what to print. The shared
 options (``--spec``, ``--log-format``, ``--json``, ``-v``, ``--timeout``) come from helpers below, so a
 flag is spelled and documented once. Every :class:`~miles_hooks.core.errors.HookError` becomes a logged
-message and its exit code: 0 ok, 1 check failed, 2 bad input/spec, 3 timeout.
+message and its exit code: 0 ok, 1 check failed, 2 bad input/spec, 3 timeout; SIGTERM raises
+:class:`~miles_hooks.core.errors.Terminated` through the step, whose cleanups run, and exits 143.
 
 The steps import ``kubernetes``, ``ray``, ``torch`` and the like only inside the functions that use
 them, so importing this module needs the standard library only: ``convert`` and ``gpu-check`` run in
@@ -14,17 +15,29 @@ the miles image, which has none of the hooks' pins.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from miles_hooks import __version__
 from miles_hooks.core import log
-from miles_hooks.core.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, HookError
+from miles_hooks.core.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    CheckFailed,
+    HookError,
+    Terminated,
+)
 from miles_hooks.core.gpu import options as gpu_options
 from miles_hooks.core.runspec import DEFAULT_SPEC_PATH, RunSpec, load, load_raw
 from miles_hooks.steps import (
@@ -402,6 +415,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setup(log.resolve_format(args.log_format), verbose=args.verbose)
     started = time.monotonic()
     step_log = log.get(args.step)
+    with _sigterm_raises():
+        return _run_step(args, step_log, started)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises Terminated in the main thread for the duration (a signal handler can only be set there;
+    elsewhere, and afterwards, the signal keeps its previous handling)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_step(args: argparse.Namespace, step_log: logging.Logger, started: float) -> int:
     try:
         out = BY_NAME[args.step].handler(args)
         if args.json:
@@ -416,6 +452,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         step_log.error("interrupted")
         return EXIT_CHECK_FAILED
+    except Terminated:
+        step_log.error(
+            "stopped by SIGTERM (the pod is being deleted, evicted or drained); locks released and partial "
+            "output removed: the Job's next pod resumes",
+            extra={"fields": {"exit_code": EXIT_TERMINATED}},
+        )
+        return EXIT_TERMINATED
     except Exception:  # a bug or an unexpected API answer: keep the traceback
         step_log.exception("unexpected error")
         return EXIT_CHECK_FAILED

@@ -1,7 +1,7 @@
 """One exception hierarchy; each class carries the process exit code the CLI returns.
 
-0 ok, 1 check failed, 2 bad input or spec, 3 timeout. Messages are written for the person reading
-the failed Helm hook's log: what was expected, what was found and which value to change.
+0 ok, 1 check failed, 2 bad input or spec, 3 timeout, 143 stopped by SIGTERM. Messages are written for
+the person reading the failed Helm hook's log: what was expected, what was found and which value to change.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_TIMEOUT = 3
+# 128 + SIGTERM, as a shell reports a process the signal ended
+EXIT_TERMINATED = 143
 
 
 class HookError(Exception):
@@ -48,3 +50,9 @@ class HookTimeout(HookError):
     """The step gave up waiting (exit 3)."""
 
     exit_code = EXIT_TIMEOUT
+
+
+class Terminated(BaseException):
+    """The process got SIGTERM (its pod is deleted, evicted or drained): raised out of whatever runs, past
+    ``except Exception``, so that every ``finally`` releases its lock and removes its partial output before
+    the kubelet's grace period ends in SIGKILL (exit 143)."""
