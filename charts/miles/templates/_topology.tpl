@@ -126,7 +126,8 @@ miles.checkpointBudget: the space the run needs on the shared volume, as JSON (b
   "totalBytes" (add (mul $peak $perCheckpoint) $weights $weights)) -}}
 {{- end -}}
 
-{{/* miles.pools: JSON {head|worker|reward|hooks: {nodeSelector, tolerations}} after presets. */}}
+{{/* miles.pools: JSON {head|worker|convert|reward|hooks: {nodeSelector, tolerations}} after presets; the convert
+pod's pool is the workers' with hooks.convert's own labels (which win) and tolerations added. */}}
 {{- define "miles.pools" -}}
 {{- $v := .Values -}}
 {{- $headSel := deepCopy $v.rayCluster.head.nodeSelector -}}
@@ -156,9 +157,12 @@ miles.checkpointBudget: the space the run needs on the shared volume, as JSON (b
 {{- $rewardTol = append $rewardTol $tol -}}
 {{- $hooksTol = append $hooksTol $tol -}}
 {{- end -}}
+{{- $convertSel := merge (deepCopy $v.hooks.convert.nodeSelector) $workerSel -}}
+{{- $convertTol := concat $workerTol $v.hooks.convert.tolerations -}}
 {{- toJson (dict
   "head" (dict "nodeSelector" $headSel "tolerations" $headTol)
   "worker" (dict "nodeSelector" $workerSel "tolerations" $workerTol)
+  "convert" (dict "nodeSelector" $convertSel "tolerations" $convertTol)
   "reward" (dict "nodeSelector" $rewardSel "tolerations" $rewardTol)
   "hooks" (dict "nodeSelector" $hooksSel "tolerations" $hooksTol)) -}}
 {{- end -}}

@@ -84,8 +84,8 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
   "annotations" $v.hooks.convert.podAnnotations
   "shmSize" $v.hooks.convert.shmSize
   "podSecurityContext" $v.gpuPods.podSecurityContext
-  "nodeSelector" $pools.worker.nodeSelector
-  "tolerations" $pools.worker.tolerations
+  "nodeSelector" $pools.convert.nodeSelector
+  "tolerations" $pools.convert.tolerations
   "scheduling" true) -}}
 {{- else -}}
 {{- $_ := merge $pod (dict
