@@ -55,18 +55,19 @@ export NODES CPU_NODES GPU_INSTANCE_TYPE GPU_NODE_CPU GPU_NODE_MEMORY GPU_PER_NO
 CPU_NODE_CPU=${CPU_NODE_CPU:-32}
 CPU_NODE_MEMORY=${CPU_NODE_MEMORY:-128Gi}
 
-# Pods whose containers (or init containers) use an image matching this regex are executed by the pod
-# runner; kwok leaves their status alone. Everything else on a kwok node is only simulated.
-RUNNER_IMAGE_REGEX=${RUNNER_IMAGE_REGEX:-miles-hooks}
+# The hooks image: every pod with a container (or init container) of it runs on the real node, where the pod runner
+# journals it; kwok never fakes such a pod's status, so one scheduled on a simulated node stays Pending instead
+# of passing untested.
+HOOKS_IMAGE_REGEX=${HOOKS_IMAGE_REGEX:-miles-hooks}
 
 KUBERNETES_VERSION_EXPECTED=v1.34.4
 
 # Shared storage stand-in (FSx for Lustre is simulated): one local dir, exposed as a hostPath PV + an RWX PVC
-# per namespace (ci/cluster/storage.sh). The pod runner maps the chart's mount path to it in the hook processes'
-# run spec, so the paths the submitted job gets are valid in the Ray worker processes too.
+# per namespace (ci/cluster/storage.sh), which the real node's pods mount.
 FSX_DIR=${FSX_DIR:-/tmp/miles-testbed-fsx}
 FSX_CLAIM=${FSX_CLAIM:-fsx-claim}
-# The chart's storage.mountPath (scenarios: /fsx): the pod runner binds $FSX_DIR there for the processes it runs.
+# The chart's storage.mountPath (scenarios: /fsx): the pod runner binds $FSX_DIR there for the Ray worker nodes (as
+# the worker pods mount the claim), and the tests for their seeding, so the run spec's paths hold for them too.
 STORAGE_MOUNT_PATH=${STORAGE_MOUNT_PATH:-/fsx}
 # the UID the chart's hook pods run as (hooks.podSecurityContext.runAsUser): storage.sh lets it write to $FSX_DIR
 HOOKS_UID=10001
@@ -89,3 +90,8 @@ REAL_NODE_LABELS=${REAL_NODE_LABELS:-node.kubernetes.io/instance-type=$CPU_INSTA
 # Only pods that tolerate this taint land on it (values-local-testbed.yaml puts the Ray head, the hook Jobs and the
 # helm-test pods there); the GPU pods stay on the kwok nodes.
 REAL_NODE_TAINTS=${REAL_NODE_TAINTS:-miles-testbed/real-node=true:NoSchedule}
+# What the node advertises of the chart's gpuPods.gpuResource (nvidia.com/gpu), an extended resource with no device
+# behind it, so the convert pod, which asks for GPUs and the GPU pool's toleration, can run here as a container
+# (values-local-testbed.yaml adds the node's label and taint to its pool). A GPU pod that does not tolerate the
+# taint (every Ray worker) still never lands here.
+REAL_NODE_GPUS=${REAL_NODE_GPUS:-1}

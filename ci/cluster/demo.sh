@@ -49,8 +49,7 @@ import json, sys
 for line in open(sys.argv[1]):
     e = json.loads(line)
     if e["namespace"] == sys.argv[2]:
-        where = e.get("node") or "simulated GPU node (pod runner)"
-        print(f"  {e['pod']:<36} {e['container']:<18} exit {e['exitCode']}  {e['end'] - e['start']:5.1f}s  {where}")
+        print(f"  {e['pod']:<36} {e['container']:<18} exit {e['exitCode']}  {e['end'] - e['start']:5.1f}s  {e['node']}")
 PY
 echo; echo "=== pods ==="; kubectl -n "$ns" get pods -o wide
 echo; echo "=== RayCluster ==="; kubectl -n "$ns" get raycluster

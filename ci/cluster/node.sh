@@ -180,6 +180,11 @@ EOF
     --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 --v=1
   # (conntrack sysctls are left as they are: this machine refuses writes to them)
   wait_for "real node $REAL_NODE_NAME Ready" 120 node_ready "$REAL_NODE_NAME"
+  # an extended resource is advertised on the node's status; the kubelet keeps it in capacity and allocatable and
+  # admits a pod asking for it (no device plugin: nothing is allocated)
+  "$bin/kubectl" --kubeconfig "$kc" patch node "$REAL_NODE_NAME" --subresource=status --type=json \
+    -p "[{\"op\": \"add\", \"path\": \"/status/capacity/nvidia.com~1gpu\", \"value\": \"$REAL_NODE_GPUS\"}]" >/dev/null
+  wait_for "$REAL_NODE_NAME to advertise $REAL_NODE_GPUS nvidia.com/gpu" 60 node_allocatable_gpus "$REAL_NODE_NAME"
   wait_for "kube-proxy on $REAL_NODE_NAME" 60 "${in_netns[@]}" curl -fsS "http://$node_ip:10256/healthz"
   # what a pod's resolver does: a Service's name, asked of the kube-dns Service through kube-proxy's rules
   wait_for "cluster DNS through the kube-dns Service" 60 \
@@ -188,6 +193,10 @@ EOF
 
 dns_answers() {
   [[ -n $("${in_netns[@]}" dig +short +time=2 +tries=1 "@$CLUSTER_DNS_IP" "$1" 2>/dev/null) ]]
+}
+
+node_allocatable_gpus() {
+  [[ $("$bin/kubectl" --kubeconfig "$kc" get node "$1" -o 'jsonpath={.status.allocatable.nvidia\.com/gpu}' 2>/dev/null) == "$REAL_NODE_GPUS" ]]
 }
 
 node_ready() {

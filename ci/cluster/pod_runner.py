@@ -1,27 +1,10 @@
 #!/usr/bin/env python3
-"""Pod runner of the local testbed: the imitation of a kubelet on the simulated GPU nodes.
+"""Pod runner of the local testbed: the Ray worker nodes behind the simulated GPU worker pods.
 
-Every pod of the chart that runs a process on a CPU node runs on the testbed's real node (ci/cluster/node.sh).
-What asks for GPUs is scheduled on a kwok node, where no process runs. Two kinds of those pods run here:
-
-* pods with a container or init container of an image matching ``--image-regex`` (the hooks image): the
-  convert pod. kwok is told to leave them alone (kwok-stages.yaml); this runner, once the pod is bound:
-
-  - materialises its volumes into a per-pod work dir: ConfigMap, Secret, emptyDir and PersistentVolumeClaim
-    (through the bound PV's hostPath/local path); another volume type, or a pod that would get a
-    service-account token, fails the pod (nothing it does not need is imitated);
-  - resolves the container env like the kubelet (``value`` with ``$(VAR)`` expansion, ``configMapKeyRef``,
-    ``secretKeyRef``, ``fieldRef``/``resourceFieldRef``, ``envFrom``) through the API;
-  - runs the init containers, then the containers, as local processes: every mount path in the command,
-    args, env values and mounted ConfigMap files is rewritten to the local dir that backs it; image paths
-    from ``--path-map`` likewise; a container of another image than the hooks image (the miles image) runs in
-    a private mount namespace with ``--fake-miles`` at ``/root/miles``, the checkout that image carries;
-  - writes the pod status back (Running, then each container terminated with its exit code; phase
-    Succeeded/Failed); ``kubectl logs`` works through kwok's kubelet server (a kwok ``Logs`` object per pod),
-    and the last lines are in the pod annotation ``testbed.miles.dev/log-tail``;
-  - kills the process group when the pod is deleted;
-
-* KubeRay worker pods: one real Ray worker node each, joined to the release's head (``RayWorkers``).
+Every pod of the chart runs on the testbed's real node (ci/cluster/node.sh) as a container, except the KubeRay
+worker pods: they ask for GPUs and land on kwok nodes, where no process runs. So that the release's real Ray
+head sees the cluster its RayCluster describes, this runner starts one real Ray worker node per such pod and
+marks the pod Ready once it joined (``RayWorkers``): the one imitation of a kubelet left in the testbed.
 
 Its pod watch also feeds the journal of the real node's hook containers (node_journal.py: it only observes).
 Only the standard library and the ``kubernetes`` client are used. Exit: 0 on SIGTERM/SIGINT, 2 on bad input.
@@ -44,24 +27,19 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
-from kubernetes.utils import parse_quantity
 from node_journal import HookPodJournal
 
 LOG = logging.getLogger("pod-runner")
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-LOG_TAIL_ANNOTATION = "testbed.miles.dev/log-tail"
-LOG_FILE_ANNOTATION = "testbed.miles.dev/log-file"
 # Ray node labels of each local Ray worker, naming the simulated worker pod it stands in for
 NODE_LABEL_NAMESPACE = "testbed.miles.dev/pod-namespace"
 NODE_LABEL_POD = "testbed.miles.dev/pod"
-TAIL_BYTES = 16 * 1024
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 SERVICE_REF = re.compile(
     r"(?<![\w.-])([a-z0-9](?:[-a-z0-9]*[a-z0-9])?-head-svc(?:\.[a-z0-9-]+(?:\.svc(?:\.cluster\.local)?)?)?):(\d+)\b"
@@ -72,39 +50,17 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class PodError(Exception):
-    """The pod cannot be run as specified (a missing ConfigMap key, an unbound claim, ...)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+class EnvError(Exception):
+    """A worker pod's env names a ConfigMap or Secret key that is not there: the kubelet would not start the
+    container (CreateContainerConfigError), so no Ray worker starts either."""
 
 
 @dataclass
 class Settings:
     kubeconfig: str
     work_dir: Path
-    image_regex: re.Pattern[str]
-    venv_bin: Path
-    path_map: list[tuple[str, str]]
-    api_server: str
-    default_entrypoint: list[str]
-    grace_seconds: float = 5.0
-    ray_workers: RayWorkers | None = None
-    storage_map: list[tuple[str, str]] = field(default_factory=list)
-    # dir bind-mounted at /root/miles for containers of another image than the hooks image ("" = none)
-    fake_miles: str = ""
-
-
-@dataclass
-class PodRun:
-    uid: str
-    namespace: str
-    name: str
-    thread: threading.Thread | None = None
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    deleted: threading.Event = field(default_factory=threading.Event)
+    # pods with a container of the hooks image, on the real node, are journaled (node_journal.py)
+    hooks_image: re.Pattern[str]
 
 
 def expand_vars(value: str, env: dict[str, str]) -> str:
@@ -275,6 +231,9 @@ class RayWorkers:
                 slot = free[0]
                 p, log_path = self.popen(pod, runner, address, slot)
                 self.procs[pod.metadata.uid] = (p, slot)
+        except EnvError as e:
+            LOG.error("%s: %s: its container would not start, and no local Ray worker does", name, e)
+            return
         finally:
             with self.lock:
                 self.waiting.discard(pod.metadata.uid)
@@ -392,29 +351,18 @@ class RayWorkers:
 
 
 class Runner:
-    def __init__(self, s: Settings) -> None:
+    def __init__(self, s: Settings, ray_workers: RayWorkers) -> None:
         self.s = s
+        self.ray_workers = ray_workers
         config.load_kube_config(config_file=s.kubeconfig)
         self.core = client.CoreV1Api()
-        self.custom = client.CustomObjectsApi()
         self.discovery = client.DiscoveryV1Api()
-        self.runs: dict[str, PodRun] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.kwok_nodes: dict[str, bool] = {}
-        self.kwok_logs = self._has_kwok_logs_crd()
         self.node_journal = HookPodJournal(
-            self.core, s.work_dir / "node-logs", s.image_regex, self.is_kwok_node, self.journal
+            self.core, s.work_dir / "node-logs", s.hooks_image, self.is_kwok_node, self.journal
         )
-
-    # ------------------------------------------------------------------ discovery
-    def _has_kwok_logs_crd(self) -> bool:
-        try:
-            client.ApiextensionsV1Api().read_custom_resource_definition("logs.kwok.x-k8s.io")
-            return True
-        except ApiException:
-            LOG.warning("kwok Logs CRD not installed: `kubectl logs` will not reach runner pods")
-            return False
 
     def is_kwok_node(self, name: str) -> bool:
         if name not in self.kwok_nodes:
@@ -426,30 +374,19 @@ class Runner:
                 return False
         return self.kwok_nodes[name]
 
-    def wants(self, pod: client.V1Pod) -> bool:
-        spec = pod.spec
-        if not spec or not spec.node_name or pod.metadata.deletion_timestamp:
-            return False
-        if (pod.status.phase or "Pending") != "Pending":
-            return False
-        images = [c.image or "" for c in (spec.init_containers or [])] + [
-            c.image or "" for c in spec.containers
-        ]
-        if not any(self.s.image_regex.search(i) for i in images):
-            return False
-        return self.is_kwok_node(spec.node_name)
-
-    # ------------------------------------------------------------------ main loop
+    # ------------------------------------------------------------------ the pod watch
     def run_forever(self) -> None:
         """List, reconcile, then watch from the list's resourceVersion; list again when the watch ends.
 
         A watch started afresh (no resourceVersion) misses every deletion between the old watch's end and the
-        new one's start, and a missed DELETED leaks that pod's processes (a local Ray worker left running
-        holds its memory and stays joined to its head). Like an informer, each list is reconciled against
-        what runs: whatever belongs to a pod that is no longer listed is stopped.
+        new one's start, and a missed DELETED leaks that pod's Ray worker (it holds its memory and stays
+        joined to its head). Like an informer, each list is reconciled against what runs: the worker of a pod
+        that is no longer listed is stopped.
         """
         (self.s.work_dir / "ready").write_text(now() + "\n")
-        LOG.info("watching pods (images matching %r on kwok nodes)", self.s.image_regex.pattern)
+        LOG.info(
+            "watching pods: Ray workers on kwok nodes, %r pods on the others", self.s.hooks_image.pattern
+        )
         while not self.stopping.is_set():
             w = watch.Watch()
             try:
@@ -475,19 +412,14 @@ class Runner:
                 w.stop()
 
     def reconcile(self, pods: list[client.V1Pod]) -> None:
-        """Stop what runs for pods that are gone, then treat every listed pod as a fresh event."""
-        present = {p.metadata.uid for p in pods}
-        with self.lock:
-            gone = [r for uid, r in self.runs.items() if uid not in present]
-        for run in gone:
-            if not run.deleted.is_set():
-                LOG.info("%s/%s no longer listed: stopping its processes", run.namespace, run.name)
-                run.deleted.set()
-                self.kill(run)
-        if self.s.ray_workers is not None:
-            self.s.ray_workers.stop_absent(present)
+        """Stop the Ray workers of pods that are gone, then treat every listed pod as a fresh event."""
+        self.ray_workers.stop_absent({p.metadata.uid for p in pods})
         for pod in pods:
             self.on_event("ADDED", pod)
+
+    def on_event(self, kind: str, pod: client.V1Pod) -> None:
+        self.ray_workers.on_event(kind, pod, self)
+        self.node_journal.on_event(kind, pod)
 
     def pod_exists(self, pod: client.V1Pod) -> bool:
         """The pod, this very one (same UID), is still there and not being deleted."""
@@ -499,52 +431,9 @@ class Runner:
             raise
         return bool(live.metadata.uid == pod.metadata.uid and live.metadata.deletion_timestamp is None)
 
-    def on_event(self, kind: str, pod: client.V1Pod) -> None:
-        uid = pod.metadata.uid
-        if self.s.ray_workers is not None:
-            self.s.ray_workers.on_event(kind, pod, self)
-        self.node_journal.on_event(kind, pod)
-        with self.lock:
-            run = self.runs.get(uid)
-        if run is not None:
-            if (kind == "DELETED" or pod.metadata.deletion_timestamp) and not run.deleted.is_set():
-                LOG.info("%s/%s deleted: stopping its processes", run.namespace, run.name)
-                run.deleted.set()
-                self.kill(run)
-            return
-        if kind in ("ADDED", "MODIFIED") and self.wants(pod):
-            run = PodRun(uid, pod.metadata.namespace, pod.metadata.name)
-            with self.lock:
-                self.runs[uid] = run
-            run.thread = threading.Thread(
-                target=self.run_pod, args=(run, pod), daemon=True, name=f"pod-{run.name}"
-            )
-            run.thread.start()
-
-    def kill(self, run: PodRun) -> None:
-        for p in run.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGTERM)
-
-        def later() -> None:
-            time.sleep(self.s.grace_seconds)
-            for p in run.procs:
-                if p.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(p.pid, signal.SIGKILL)
-
-        threading.Thread(target=later, daemon=True).start()
-
     def shutdown(self) -> None:
         self.stopping.set()
-        if self.s.ray_workers is not None:
-            self.s.ray_workers.stop_all()
-        with self.lock:
-            runs = list(self.runs.values())
-        for r in runs:
-            r.deleted.set()
-            self.kill(r)
+        self.ray_workers.stop_all()
 
     def mark_ray_pod_ready(self, pod: client.V1Pod) -> None:
         """The status kwok's pod-ready stage would write, for a Ray worker pod whose local node runs."""
@@ -578,507 +467,50 @@ class Runner:
                     "%s/%s: status update failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason
                 )
 
-    # ------------------------------------------------------------------ one pod
-    def run_pod(self, run: PodRun, pod: client.V1Pod) -> None:
-        ns, name = run.namespace, run.name
-        pod_dir = self.s.work_dir / "pods" / ns / f"{name}-{run.uid[:8]}"
+    # ------------------------------------------------------------------ what a worker pod's container gets
+    def config_data(self, kind: str, ns: str, name: str, optional: bool) -> dict[str, str] | None:
+        """A ConfigMap's or Secret's data, decoded; None for a missing optional one."""
         try:
-            pod_dir.mkdir(parents=True, exist_ok=True)
-            LOG.info("running %s/%s on %s", ns, name, pod.spec.node_name)
-            self.set_status(
-                pod,
-                phase="Pending",
-                initialized=False,
-                ready=False,
-                init_statuses=None,
-                statuses=None,
-                start=True,
-            )
-            if pod.spec.automount_service_account_token is not False:
-                # the pods it runs (the convert pod) call no API; a token it would imitate untested
-                raise PodError(
-                    "CreateContainerConfigError",
-                    "the testbed's pod runner mounts no service-account token: this pod needs "
-                    "automountServiceAccountToken: false (or a place on the real node)",
-                )
-            vols = self.materialise_volumes(pod, pod_dir)
-            init_statuses: list[dict[str, Any]] = []
-            for c in pod.spec.init_containers or []:
-                st = self.waiting_status(c)
-                init_statuses.append(st)
-            statuses = [self.waiting_status(c) for c in pod.spec.containers]
-            for i, c in enumerate(pod.spec.init_containers or []):
-                init_statuses[i] = self.running_status(c)
-                self.set_status(
-                    pod,
-                    phase="Pending",
-                    initialized=False,
-                    ready=False,
-                    init_statuses=init_statuses,
-                    statuses=statuses,
-                )
-                code, tail = self.run_container(run, pod, c, vols, pod_dir)
-                init_statuses[i] = self.terminated_status(c, init_statuses[i], code, tail)
-                if code != 0 or run.deleted.is_set():
-                    self.finish(pod, run, init_statuses, statuses, failed=True)
-                    return
-            statuses = [self.running_status(c) for c in pod.spec.containers]
-            self.set_status(
-                pod,
-                phase="Running",
-                initialized=True,
-                ready=True,
-                init_statuses=init_statuses,
-                statuses=statuses,
-            )
-            results: dict[int, tuple[int, str]] = {}
-            threads = []
-            for i, c in enumerate(pod.spec.containers):
-
-                def target(i: int = i, c: client.V1Container = c) -> None:
-                    results[i] = self.run_container(run, pod, c, vols, pod_dir)
-
-                t = threading.Thread(target=target, daemon=True)
-                t.start()
-                threads.append(t)
-            for t in threads:
-                t.join()
-            for i, c in enumerate(pod.spec.containers):
-                code, tail = results.get(i, (137, ""))
-                statuses[i] = self.terminated_status(c, statuses[i], code, tail)
-            failed = any(results.get(i, (1, ""))[0] != 0 for i in range(len(pod.spec.containers)))
-            self.finish(pod, run, init_statuses, statuses, failed=failed)
-        except PodError as e:
-            LOG.error("%s/%s cannot run: %s", ns, name, e.message)
-            self.fail_pod(pod, e.reason, e.message)
-        except Exception as e:
-            LOG.exception("%s/%s: runner error", ns, name)
-            self.fail_pod(pod, "TestbedRunnerError", f"pod runner error: {e}")
-
-    # ------------------------------------------------------------------ status
-    def waiting_status(self, c: client.V1Container) -> dict[str, Any]:
-        return {
-            "name": c.name,
-            "image": c.image,
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "started": False,
-            "state": {"waiting": {"reason": "PodInitializing"}},
-        }
-
-    def running_status(self, c: client.V1Container) -> dict[str, Any]:
-        return {
-            "name": c.name,
-            "image": c.image,
-            "imageID": "",
-            "ready": True,
-            "restartCount": 0,
-            "started": True,
-            "containerID": f"testbed://{c.name}",
-            "state": {"running": {"startedAt": now()}},
-        }
-
-    def terminated_status(
-        self, c: client.V1Container, prev: dict[str, Any], code: int, tail: str
-    ) -> dict[str, Any]:
-        started = (prev.get("state", {}).get("running") or {}).get("startedAt") or now()
-        term = {
-            "exitCode": code,
-            "reason": "Completed" if code == 0 else "Error",
-            "startedAt": started,
-            "finishedAt": now(),
-            "containerID": f"testbed://{c.name}",
-        }
-        if code != 0 and tail:
-            term["message"] = tail[-4000:]
-        return {
-            "name": c.name,
-            "image": c.image,
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "started": False,
-            "containerID": f"testbed://{c.name}",
-            "state": {"terminated": term},
-        }
-
-    def set_status(
-        self,
-        pod: client.V1Pod,
-        *,
-        phase: str,
-        initialized: bool,
-        ready: bool,
-        init_statuses: list[dict[str, Any]] | None,
-        statuses: list[dict[str, Any]] | None,
-        start: bool = False,
-        reason: str | None = None,
-        message: str | None = None,
-    ) -> None:
-        t = now()
-
-        def cond(kind: str, ok: bool, why: str | None = None) -> dict[str, Any]:
-            c = {
-                "type": kind,
-                "status": "True" if ok else "False",
-                "lastProbeTime": None,
-                "lastTransitionTime": t,
-            }
-            if why and not ok:
-                c["reason"] = why
-            return c
-
-        status: dict[str, Any] = {
-            "phase": phase,
-            "conditions": [
-                cond("PodScheduled", True),
-                cond("Initialized", initialized, "ContainersNotInitialized"),
-                cond("ContainersReady", ready, "ContainersNotReady"),
-                cond("Ready", ready, "ContainersNotReady"),
-            ],
-        }
-        # like the kubelet, keep the conditions others own (DisruptionTarget, set by an eviction or a
-        # preemption, is what a Job's podFailurePolicy reads): a merge patch replaces the whole list
-        status["conditions"] += self.foreign_conditions(pod, {c["type"] for c in status["conditions"]})
-        if start:
-            status["startTime"] = t
-            status["hostIP"] = "127.0.0.1"
-            status["hostIPs"] = [{"ip": "127.0.0.1"}]
-        if init_statuses is not None:
-            status["initContainerStatuses"] = init_statuses
-        if statuses is not None:
-            status["containerStatuses"] = statuses
-        if reason:
-            status["reason"] = reason
-        if message:
-            status["message"] = message
-        try:
-            self.core.patch_namespaced_pod_status(
-                pod.metadata.name,
-                pod.metadata.namespace,
-                {"status": status},
-                _content_type="application/merge-patch+json",
-            )
+            if kind == "Secret":
+                raw = self.core.read_namespaced_secret(name, ns).data or {}
+                return {k: base64.b64decode(v).decode(errors="replace") for k, v in raw.items()}
+            return dict(self.core.read_namespaced_config_map(name, ns).data or {})
         except ApiException as e:
-            if e.status != 404:
-                LOG.warning(
-                    "%s/%s: status update failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason
-                )
-
-    def foreign_conditions(self, pod: client.V1Pod, managed: set[str]) -> list[dict[str, Any]]:
-        try:
-            current = self.core.read_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace)
-        except ApiException:
-            return []
-        conditions = (current.status and current.status.conditions) or []
-        return [
-            self.core.api_client.sanitize_for_serialization(c) for c in conditions if c.type not in managed
-        ]
-
-    def finish(
-        self,
-        pod: client.V1Pod,
-        run: PodRun,
-        init_statuses: list[dict[str, Any]],
-        statuses: list[dict[str, Any]],
-        failed: bool,
-    ) -> None:
-        phase = "Failed" if failed else "Succeeded"
-        self.set_status(
-            pod, phase=phase, initialized=True, ready=False, init_statuses=init_statuses, statuses=statuses
-        )
-        LOG.info("%s/%s %s", run.namespace, run.name, phase)
-
-    def fail_pod(self, pod: client.V1Pod, reason: str, message: str) -> None:
-        statuses = []
-        for c in pod.spec.containers:
-            statuses.append(
-                {
-                    "name": c.name,
-                    "image": c.image,
-                    "imageID": "",
-                    "ready": False,
-                    "restartCount": 0,
-                    "started": False,
-                    "state": {
-                        "terminated": {
-                            "exitCode": 128,
-                            "reason": reason,
-                            "message": message,
-                            "startedAt": now(),
-                            "finishedAt": now(),
-                        }
-                    },
-                }
-            )
-        self.set_status(
-            pod,
-            phase="Failed",
-            initialized=False,
-            ready=False,
-            init_statuses=None,
-            statuses=statuses,
-            start=True,
-            reason=reason,
-            message=message,
-        )
-        self.annotate(pod, {LOG_TAIL_ANNOTATION: f"[testbed pod runner] {reason}: {message}\n"})
-
-    def annotate(self, pod: client.V1Pod, ann: dict[str, str]) -> None:
-        try:
-            self.core.patch_namespaced_pod(
-                pod.metadata.name,
-                pod.metadata.namespace,
-                {"metadata": {"annotations": ann}},
-                _content_type="application/merge-patch+json",
-            )
-        except ApiException as e:
-            if e.status != 404:
-                LOG.warning("annotate %s/%s failed: %s", pod.metadata.namespace, pod.metadata.name, e.reason)
-
-    # ------------------------------------------------------------------ volumes
-    @staticmethod
-    def _read_or_missing(kind: str, name: str, optional: bool, read: Any) -> Any:
-        """read() the object; a missing one is None when optional, else the kubelet's config error."""
-        try:
-            return read()
-        except ApiException as e:
+            if e.status == 404 and optional:
+                return None
             if e.status == 404:
-                if optional:
-                    return None
-                raise PodError("CreateContainerConfigError", f'{kind} "{name}" not found') from e
+                raise EnvError(f'{kind.lower()} "{name}" not found') from e
             raise
 
-    def read_cm(self, ns: str, name: str, optional: bool) -> dict[str, bytes] | None:
-        cm = self._read_or_missing(
-            "configmap", name, optional, lambda: self.core.read_namespaced_config_map(name, ns)
-        )
-        if cm is None:
-            return None
-        data = {k: v.encode() for k, v in (cm.data or {}).items()}
-        data.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
-        return data
-
-    def read_secret(self, ns: str, name: str, optional: bool) -> dict[str, bytes] | None:
-        sec = self._read_or_missing(
-            "secret", name, optional, lambda: self.core.read_namespaced_secret(name, ns)
-        )
-        if sec is None:
-            return None
-        return {k: base64.b64decode(v) for k, v in (sec.data or {}).items()}
-
-    def write_items(
-        self,
-        target: Path,
-        data: dict[str, bytes],
-        items: list[Any] | None,
-        what: str,
-        optional: bool,
-    ) -> None:
-        target.mkdir(parents=True, exist_ok=True)
-        if items:
-            for it in items:
-                if it.key not in data:
-                    if optional:
-                        continue
-                    raise PodError("CreateContainerConfigError", f"{what}: key {it.key!r} not found")
-                self.write_file(target / it.path, data[it.key])
-        else:
-            for k, v in data.items():
-                self.write_file(target / k, v)
-
-    def write_file(self, path: Path, content: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content)
-
-    def field_value(self, pod: client.V1Pod, field_path: str) -> str:
-        md = pod.metadata
-        simple = {
-            "metadata.name": md.name,
-            "metadata.namespace": md.namespace,
-            "metadata.uid": md.uid,
-            "spec.nodeName": pod.spec.node_name,
-            "spec.serviceAccountName": pod.spec.service_account_name or "default",
-            "status.hostIP": "127.0.0.1",
-            "status.podIP": "127.0.0.1",
-            "status.podIPs": "127.0.0.1",
-            "status.hostIPs": "127.0.0.1",
-        }
-        if field_path in simple:
-            return simple[field_path] or ""
-        m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", field_path)
-        if m:
-            d = (md.labels if m.group(1) == "labels" else md.annotations) or {}
-            return d.get(m.group(2), "")
-        if field_path in ("metadata.labels", "metadata.annotations"):
-            d = (md.labels if field_path == "metadata.labels" else md.annotations) or {}
-            return "\n".join(f'{k}="{v}"' for k, v in sorted(d.items()))
-        raise PodError("CreateContainerConfigError", f"unsupported fieldRef {field_path!r}")
-
-    def resource_value(
-        self,
-        pod: client.V1Pod,
-        container_name: str | None,
-        resource: str,
-        divisor: str | None,
-        default_container: client.V1Container,
-    ) -> str:
-        c = default_container
-        if container_name:
-            c = next(
-                (
-                    x
-                    for x in pod.spec.containers + (pod.spec.init_containers or [])
-                    if x.name == container_name
-                ),
-                c,
-            )
-        kind, _, res = resource.partition(".")
-        rr = c.resources
-        values = (rr.limits if kind == "limits" else rr.requests) if rr else None
-        raw = (values or {}).get(res)
-        if raw is None and kind == "limits":
-            node_alloc = self.core.read_node(pod.spec.node_name).status.allocatable or {}
-            raw = node_alloc.get(res, "0")
-        if raw is None:
-            raw = "0"
-        value = parse_quantity(raw) / parse_quantity(divisor or "1")
-        return str(math.ceil(value))
-
-    def materialise_volumes(self, pod: client.V1Pod, pod_dir: Path) -> dict[str, Path]:
-        ns = pod.metadata.namespace
-        out: dict[str, Path] = {}
-        for v in pod.spec.volumes or []:
-            d = pod_dir / "volumes" / v.name
-            if v.persistent_volume_claim:
-                out[v.name] = self.claim_dir(ns, v.persistent_volume_claim.claim_name)
-                continue
-            if v.config_map:
-                opt = bool(v.config_map.optional)
-                data = self.read_cm(ns, v.config_map.name, opt) or {}
-                self.write_items(d, data, v.config_map.items, f'configmap "{v.config_map.name}"', opt)
-            elif v.secret:
-                opt = bool(v.secret.optional)
-                data = self.read_secret(ns, v.secret.secret_name, opt) or {}
-                self.write_items(d, data, v.secret.items, f'secret "{v.secret.secret_name}"', opt)
-                for f in d.rglob("*"):
-                    if f.is_file():
-                        f.chmod(0o600)
-            elif v.empty_dir is not None:
-                d.mkdir(parents=True, exist_ok=True)
-            else:
-                # what the pods it runs (the convert pod) mount is above; anything else would be imitated
-                # untested, so the pod fails as a kubelet's does on a volume it cannot mount
-                raise PodError(
-                    "FailedMount",
-                    f"volume {v.name!r}: the testbed's pod runner mounts persistentVolumeClaim, configMap, "
-                    "secret and emptyDir volumes only",
-                )
-            out[v.name] = d
-        return out
-
-    def claim_dir(self, ns: str, claim: str) -> Path:
-        try:
-            pvc = self.core.read_namespaced_persistent_volume_claim(claim, ns)
-        except ApiException as e:
-            if e.status == 404:
-                raise PodError("FailedMount", f'persistentvolumeclaim "{claim}" not found') from e
-            raise
-        if pvc.status.phase != "Bound" or not pvc.spec.volume_name:
-            raise PodError(
-                "FailedMount", f'persistentvolumeclaim "{claim}" is not bound (phase {pvc.status.phase})'
-            )
-        pv = self.core.read_persistent_volume(pvc.spec.volume_name)
-        if pv.spec.host_path:
-            p = Path(pv.spec.host_path.path)
-        elif pv.spec.local:
-            p = Path(pv.spec.local.path)
-        else:
-            # e.g. an FSx for Lustre CSI volume: no such hardware here; a local dir per PV stands in.
-            p = self.s.work_dir / "pv" / pv.metadata.name
-        p.mkdir(parents=True, exist_ok=True)
-        return p
-
-    # ------------------------------------------------------------------ env and paths
     def container_env(self, pod: client.V1Pod, c: client.V1Container) -> dict[str, str]:
+        """The container's env as the kubelet resolves it: envFrom, then env (``value`` with ``$(VAR)``
+        expansion, ``configMapKeyRef``, ``secretKeyRef``). Downward-API values are left out: the Ray worker
+        needs none of them (its address and its token are values and Secret keys)."""
         ns = pod.metadata.namespace
         env: dict[str, str] = {}
         for ef in c.env_from or []:
-            prefix = ef.prefix or ""
-            if ef.config_map_ref:
-                data = self.read_cm(ns, ef.config_map_ref.name, bool(ef.config_map_ref.optional)) or {}
-            elif ef.secret_ref:
-                data = self.read_secret(ns, ef.secret_ref.name, bool(ef.secret_ref.optional)) or {}
-            else:
-                continue
-            for k, v in data.items():
-                env[prefix + k] = v.decode(errors="replace")
+            ref, kind = (ef.config_map_ref, "ConfigMap") if ef.config_map_ref else (ef.secret_ref, "Secret")
+            if ref is not None:
+                data = self.config_data(kind, ns, ref.name, bool(ref.optional)) or {}
+                env.update({(ef.prefix or "") + k: v for k, v in data.items()})
         for e in c.env or []:
-            if e.value_from is None:
+            vf = e.value_from
+            if vf is None:
                 env[e.name] = expand_vars(e.value or "", env)
                 continue
-            vf = e.value_from
-            if vf.field_ref:
-                env[e.name] = self.field_value(pod, vf.field_ref.field_path)
-            elif vf.resource_field_ref:
-                r = vf.resource_field_ref
-                env[e.name] = self.resource_value(pod, r.container_name, r.resource, r.divisor, c)
-            elif vf.config_map_key_ref:
-                ref = vf.config_map_key_ref
-                data = self.read_cm(ns, ref.name, bool(ref.optional))
-                if data is None or ref.key not in data:
-                    if ref.optional:
-                        continue
-                    raise PodError(
-                        "CreateContainerConfigError",
-                        f"couldn't find key {ref.key} in ConfigMap {ns}/{ref.name}",
-                    )
-                env[e.name] = data[ref.key].decode(errors="replace")
-            elif vf.secret_key_ref:
-                ref = vf.secret_key_ref
-                data = self.read_secret(ns, ref.name, bool(ref.optional))
-                if data is None or ref.key not in data:
-                    if ref.optional:
-                        continue
-                    raise PodError(
-                        "CreateContainerConfigError", f"couldn't find key {ref.key} in Secret {ns}/{ref.name}"
-                    )
-                env[e.name] = data[ref.key].decode(errors="replace")
+            key_ref, kind = (
+                (vf.config_map_key_ref, "ConfigMap")
+                if vf.config_map_key_ref
+                else (vf.secret_key_ref, "Secret")
+            )
+            if key_ref is None:
+                continue
+            data = self.config_data(kind, ns, key_ref.name, bool(key_ref.optional))
+            if data is not None and key_ref.key in data:
+                env[e.name] = data[key_ref.key]
+            elif not key_ref.optional:
+                raise EnvError(f"couldn't find key {key_ref.key} in {kind} {ns}/{key_ref.name}")
         return env
-
-    def mounts(
-        self, pod: client.V1Pod, c: client.V1Container, vols: dict[str, Path]
-    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        """(mapped, bound) as (mount path, local dir) pairs: a claim is bound at its mount path in the
-        container's mount namespace, so the run spec's storage paths resolve as in a pod; the other volumes
-        (ConfigMaps, emptyDirs) and the image paths of ``--path-map`` are mapped in the command and env."""
-        claims = {v.name for v in pod.spec.volumes or [] if v.persistent_volume_claim}
-        mapped: list[tuple[str, str]] = []
-        bound: list[tuple[str, str]] = []
-        for m in c.volume_mounts or []:
-            base = vols.get(m.name)
-            if base is None:
-                raise PodError(
-                    "CreateContainerConfigError", f"volume {m.name!r} not found for mount {m.mount_path}"
-                )
-            local = base / m.sub_path if m.sub_path else base
-            if m.sub_path:
-                local.mkdir(parents=True, exist_ok=True)
-            (bound if m.name in claims else mapped).append((m.mount_path.rstrip("/") or "/", str(local)))
-        mapped += self.s.path_map
-        mapped.sort(key=lambda p: len(p[0]), reverse=True)
-        return mapped, bound
-
-    @staticmethod
-    def map_paths(value: str, pairs: list[tuple[str, str]]) -> str:
-        """Rewrite each path that starts with a mount path (longest match wins, each occurrence once)."""
-        table = {src: dst for src, dst in pairs if src != "/"}
-        if not table:
-            return value
-        alts = "|".join(re.escape(s) for s in sorted(table, key=len, reverse=True))
-        pattern = r"(?<![\w.\-/])(" + alts + r")(?=/|$|[\s:;,\"'=)\]}])"
-        return re.sub(pattern, lambda m: table[m.group(1)], value)
 
     def head_gcs(self, value: str, ns: str) -> str | None:
         """The GCS address of a head Service reference, as a pod on the real node reaches it: the address the
@@ -1105,173 +537,10 @@ class Runner:
                     return str(ep.addresses[0])
         return None
 
-    # ------------------------------------------------------------------ processes
-    def run_container(
-        self,
-        run: PodRun,
-        pod: client.V1Pod,
-        c: client.V1Container,
-        vols: dict[str, Path],
-        pod_dir: Path,
-    ) -> tuple[int, str]:
-        ns, name = run.namespace, run.name
-        pairs, bound = self.mounts(pod, c, vols)
-        env = self.container_env(pod, c)
-        env = {k: self.map_paths(v, pairs) for k, v in env.items()}
-        home = pod_dir / "home" / c.name
-        home.mkdir(parents=True, exist_ok=True)
-        tmp = next((d for s, d in pairs if s == "/tmp"), None)
-        api_host, _, api_port = self.s.api_server.removeprefix("https://").partition(":")
-        base = {
-            "PATH": f"{self.s.venv_bin}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(home),
-            "HOSTNAME": name,
-            "LANG": "C.UTF-8",
-            "TMPDIR": tmp or str(home),
-            "PYTHONUNBUFFERED": "1",
-            "MILES_TESTBED": "1",
-            # what the kubelet injects into every container for the `kubernetes` Service
-            "KUBERNETES_SERVICE_HOST": api_host,
-            "KUBERNETES_SERVICE_PORT": api_port,
-            "KUBERNETES_SERVICE_PORT_HTTPS": api_port,
-            "KUBERNETES_PORT": f"tcp://{api_host}:{api_port}",
-        }
-        base.update(env)
-        if "PATH" in env:
-            base["PATH"] = f"{self.s.venv_bin}:{env['PATH']}"
-        argv = list(c.command or []) or list(self.s.default_entrypoint)
-        argv += list(c.args or [])
-        argv = [self.map_paths(expand_vars(a, base), pairs) for a in argv]
-        if not argv:
-            raise PodError(
-                "CreateContainerError", f"container {c.name}: no command and no default entrypoint"
-            )
-        # The miles image carries the miles checkout at /root/miles: its containers see the stand-in there.
-        binds = [(local, mount) for mount, local in bound]
-        miles_image = bool(self.s.fake_miles) and not self.s.image_regex.search(c.image or "")
-        if miles_image:
-            binds.append((self.s.fake_miles, "/root/miles"))
-            base["MILES_TESTBED_FAKE_MILES"] = self.s.fake_miles
-        wrapper = in_mount_namespace(binds)
-        cwd = self.map_paths(c.working_dir, pairs) if c.working_dir else str(home)
-        Path(cwd).mkdir(parents=True, exist_ok=True)
-        log_path = pod_dir / f"{c.name}.log"
-        cri_path = pod_dir / f"{c.name}.cri.log"
-        self.register_logs(pod, pod_dir)
-        LOG.info(
-            "%s/%s[%s]: %s%s",
-            ns,
-            name,
-            c.name,
-            " ".join(argv),
-            "".join(f" ({src} at {dst})" for src, dst in binds),
-        )
-        started = time.time()
-        with open(log_path, "ab", buffering=0) as logf, open(cri_path, "ab", buffering=0) as crif:
-            try:
-                p = subprocess.Popen(
-                    [*wrapper, *argv],
-                    env=base,
-                    cwd=cwd,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    process_group=0,
-                )
-            except OSError as e:
-                msg = f"[testbed pod runner] cannot start {argv[0]!r}: {e}\n".encode()
-                logf.write(msg)
-                crif.write(cri_line(msg))
-                tail = self.tail(log_path)
-                self.annotate(pod, {LOG_TAIL_ANNOTATION: tail, LOG_FILE_ANNOTATION: str(log_path)})
-                return 128, tail
-            run.procs.append(p)
-            if run.deleted.is_set():
-                self.kill(run)
-            assert p.stdout is not None
-            for line in iter(p.stdout.readline, b""):
-                logf.write(line)
-                crif.write(cri_line(line))
-            code = p.wait()
-        if code < 0:
-            code = 128 - code
-        tail = self.tail(log_path)
-        self.annotate(pod, {LOG_TAIL_ANNOTATION: tail, LOG_FILE_ANNOTATION: str(log_path)})
-        LOG.info("%s/%s[%s] exited %d", ns, name, c.name, code)
-        self.journal(
-            {
-                "namespace": ns,
-                "pod": name,
-                "uid": run.uid,
-                "container": c.name,
-                "image": c.image,
-                "argv": argv,
-                "start": started,
-                "end": time.time(),
-                "exitCode": code,
-                "labels": pod.metadata.labels or {},
-                "log": str(log_path),
-                "rootMiles": self.s.fake_miles if miles_image else None,
-            }
-        )
-        return code, tail
-
     def journal(self, entry: dict[str, Any]) -> None:
-        """One JSON line per finished container in <work-dir>/journal.jsonl (tests read the hook order)."""
+        """One JSON line per finished hook container in <work-dir>/journal.jsonl (the tests read it)."""
         with self.lock, open(self.s.work_dir / "journal.jsonl", "a") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")
-
-    @staticmethod
-    def tail(path: Path) -> str:
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - TAIL_BYTES))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-    def register_logs(self, pod: client.V1Pod, pod_dir: Path) -> None:
-        """Point kwok's kubelet server at the container log files (CRI format) so `kubectl logs` (and Helm's
-        hook-output-log-policy) can read them; one kwok Logs object per pod, owned by the pod."""
-        containers = (pod.spec.init_containers or []) + pod.spec.containers
-        for c in containers:
-            (pod_dir / f"{c.name}.cri.log").touch()
-            (pod_dir / f"{c.name}.log").touch()
-        if not self.kwok_logs:
-            return
-        name = pod.metadata.name
-        ns = pod.metadata.namespace
-        logs = [
-            {"containers": [c.name], "logsFile": str(pod_dir / f"{c.name}.cri.log"), "follow": False}
-            for c in containers
-        ]
-        body = {
-            "apiVersion": "kwok.x-k8s.io/v1alpha1",
-            "kind": "Logs",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "ownerReferences": [
-                    {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod.metadata.uid}
-                ],
-            },
-            "spec": {"logs": logs},
-        }
-        try:
-            self.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", ns, "logs", body)
-        except ApiException as e:
-            if e.status != 409:
-                LOG.warning("%s/%s: kwok Logs object not created: %s", ns, name, e.reason)
-
-
-def cri_line(line: bytes) -> bytes:
-    """One line in the CRI container log format the kubelet (and kwok) serve: `<time> stdout F <msg>`."""
-    ts = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()
-    if line.endswith(b"\n"):
-        return ts + b" stdout F " + line
-    return ts + b" stdout P " + line + b"\n"
 
 
 def pod_like(netns: str, binds: list[tuple[str, str]]) -> list[str]:
@@ -1302,42 +571,17 @@ def pod_like(netns: str, binds: list[tuple[str, str]]) -> list[str]:
     ]
 
 
-def in_mount_namespace(binds: list[tuple[str, str]]) -> list[str]:
-    """A command prefix running the command in a private mount namespace with each ``(local dir, mount
-    point)`` of ``binds`` bound there (nothing when there is none)."""
-    if not binds:
-        return []
-    mounts = " && ".join(f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}" for src, dst in binds)
-    return ["unshare", "-m", "--propagation", "private", "--", "bash", "-c", mounts + ' && exec "$@"', "pod"]
-
-
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parents[2]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kubeconfig", required=True, help="admin kubeconfig of the testbed")
-    ap.add_argument("--work-dir", required=True, type=Path, help="per-pod dirs, logs and the ready marker")
+    ap.add_argument("--work-dir", required=True, type=Path, help="logs, the journal and the ready marker")
     ap.add_argument(
-        "--image-regex", default="miles-hooks", help="run pods with a (init) container image matching this"
-    )
-    ap.add_argument(
-        "--venv-bin", type=Path, default=root / ".venv" / "bin", help="first on PATH of every process"
-    )
-    ap.add_argument(
-        "--path-map",
-        action="append",
-        default=[],
-        metavar="IMAGE_PATH=LOCAL_PATH",
-        help="map a path inside the image to a local one (repeatable); "
-        "default: /opt/miles-hooks/pkg=<repo>/hooks/src",
-    )
-    ap.add_argument(
-        "--default-entrypoint",
+        "--hooks-image-regex",
         default="miles-hooks",
-        help="command for containers without `command` (the hooks image ENTRYPOINT), space-separated",
+        help="journal the pods on the real node with a (init) container image matching this",
     )
-    ap.add_argument(
-        "--ray-temp-dir", default="", help="the local Ray workers' temp dirs go under it; empty: no workers"
-    )
+    ap.add_argument("--ray-temp-dir", required=True, help="the local Ray workers' temp dirs go under it")
     ap.add_argument(
         "--ray-worker-venv-bin",
         type=Path,
@@ -1345,9 +589,9 @@ def main(argv: list[str]) -> int:
         help="bin dir of the Python the local Ray workers run (same Ray and Python as the head's image)",
     )
     ap.add_argument(
-        "--node-netns", default="", help="network namespace of the real node (under /var/run/netns)"
+        "--node-netns", required=True, help="network namespace of the real node (under /var/run/netns)"
     )
-    ap.add_argument("--node-ip", default="", help="the real node's address in it (the workers' node IP)")
+    ap.add_argument("--node-ip", required=True, help="the real node's address in it (the workers' node IP)")
     ap.add_argument("--max-ray-workers", type=int, default=8, help="local Ray worker nodes at most")
     ap.add_argument(
         "--ray-worker-cpus", type=int, default=2, help="CPUs a local Ray worker advertises at most"
@@ -1356,10 +600,7 @@ def main(argv: list[str]) -> int:
         "--ray-worker-port-base", type=int, default=12000, help="first port of the workers' ranges"
     )
     ap.add_argument(
-        "--fake-miles",
-        default="",
-        help="dir bind-mounted at /root/miles (mount namespace) for the Ray workers and for hook-pod "
-        "containers of another image than the hooks image (the convert pod's miles image)",
+        "--fake-miles", default="", help="dir bind-mounted at /root/miles for the Ray workers (none: empty)"
     )
     ap.add_argument(
         "--storage-map",
@@ -1375,77 +616,48 @@ def main(argv: list[str]) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout
     )
 
+    def bad(message: str) -> int:
+        print(f"pod_runner: {message}", file=sys.stderr)
+        return 2
+
     try:
-        regex = re.compile(args.image_regex)
+        hooks_image = re.compile(args.hooks_image_regex)
     except re.error as e:
-        print(f"pod_runner: --image-regex {args.image_regex!r} is not a valid regex: {e}", file=sys.stderr)
-        return 2
+        return bad(f"--hooks-image-regex {args.hooks_image_regex!r} is not a valid regex: {e}")
     if not Path(args.kubeconfig).is_file():
-        print(f"pod_runner: kubeconfig {args.kubeconfig} not found (is the testbed up?)", file=sys.stderr)
-        return 2
-    path_map = []
-    for pm in args.path_map or [f"/opt/miles-hooks/pkg={root / 'hooks' / 'src'}"]:
-        src, sep, dst = pm.partition("=")
-        if not sep or not src.startswith("/") or not dst:
-            print(f"pod_runner: --path-map {pm!r}: expected /image/path=/local/path", file=sys.stderr)
-            return 2
-        path_map.append((src.rstrip("/"), dst))
-    storage_map = []
-    for sm in args.storage_map:
-        src, sep, dst = sm.partition("=")
-        if not sep or not src.startswith("/") or not dst.startswith("/"):
-            print(f"pod_runner: --storage-map {sm!r}: expected /mount/path=/local/dir", file=sys.stderr)
-            return 2
-        storage_map.append((src.rstrip("/"), dst))
-    kc = yaml.safe_load(Path(args.kubeconfig).read_text())
-    cluster = kc["clusters"][0]["cluster"]
-    args.work_dir.mkdir(parents=True, exist_ok=True)
-    (args.work_dir / "ready").unlink(missing_ok=True)
-    s = Settings(
-        kubeconfig=args.kubeconfig,
-        work_dir=args.work_dir.resolve(),
-        image_regex=regex,
-        venv_bin=args.venv_bin,
-        path_map=path_map,
-        api_server=cluster["server"],
-        default_entrypoint=args.default_entrypoint.split(),
-        storage_map=storage_map,
-    )
-    if args.fake_miles:
-        s.fake_miles = str(Path(args.fake_miles).resolve())
-    if args.ray_temp_dir:
-        if args.max_ray_workers < 0 or args.ray_worker_cpus < 1:
-            print("pod_runner: --max-ray-workers must be >= 0 and --ray-worker-cpus >= 1", file=sys.stderr)
-            return 2
-        if not args.node_netns or not args.node_ip:
-            print(
-                "pod_runner: local Ray workers need --node-netns and --node-ip (the real node)",
-                file=sys.stderr,
-            )
-            return 2
-        if not (args.ray_worker_venv_bin / "ray").is_file():
-            print(
-                f"pod_runner: no ray in {args.ray_worker_venv_bin}: run `ci/install-tools.sh rayworker`",
-                file=sys.stderr,
-            )
-            return 2
-        s.ray_workers = RayWorkers(
-            node_netns=args.node_netns,
-            node_ip=args.node_ip,
-            temp_dir=args.ray_temp_dir,
-            # the worker pod's volumes as its container would see them: the shared storage and the miles
-            # checkout the image carries (FAKE_MILES=0: none, and the submitted jobs fail)
-            binds=[
-                *((local, mount) for mount, local in s.storage_map),
-                *([(s.fake_miles, "/root/miles")] if s.fake_miles else []),
-            ],
-            work_dir=s.work_dir,
-            venv_bin=args.ray_worker_venv_bin,
-            cpus=args.ray_worker_cpus,
-            limit=args.max_ray_workers,
-            port_base=args.ray_worker_port_base,
+        return bad(f"kubeconfig {args.kubeconfig} not found (is the testbed up?)")
+    if args.max_ray_workers < 0 or args.ray_worker_cpus < 1:
+        return bad(
+            f"--max-ray-workers must be >= 0 and --ray-worker-cpus >= 1, not {args.max_ray_workers} and "
+            f"{args.ray_worker_cpus}"
         )
-    runner = Runner(s)
+    if not (args.ray_worker_venv_bin / "ray").is_file():
+        return bad(f"no ray in {args.ray_worker_venv_bin}: run `ci/install-tools.sh rayworker`")
+    binds = []
+    for sm in args.storage_map:
+        mount, sep, local = sm.partition("=")
+        if not sep or not mount.startswith("/") or not local.startswith("/"):
+            return bad(f"--storage-map {sm!r}: expected /mount/path=/local/dir")
+        binds.append((local, mount.rstrip("/") or "/"))
+    # the worker pod's volumes as its container would see them: the shared storage and the miles checkout the
+    # image carries (FAKE_MILES=0: none, and the submitted jobs fail)
+    if args.fake_miles:
+        binds.append((str(Path(args.fake_miles).resolve()), "/root/miles"))
+    work_dir = args.work_dir.resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / "ready").unlink(missing_ok=True)
+    ray_workers = RayWorkers(
+        node_netns=args.node_netns,
+        node_ip=args.node_ip,
+        temp_dir=args.ray_temp_dir,
+        binds=binds,
+        work_dir=work_dir,
+        venv_bin=args.ray_worker_venv_bin,
+        cpus=args.ray_worker_cpus,
+        limit=args.max_ray_workers,
+        port_base=args.ray_worker_port_base,
+    )
+    runner = Runner(Settings(args.kubeconfig, work_dir, hooks_image), ray_workers)
 
     def stop(_sig: int, _frm: Any) -> None:
         runner.shutdown()

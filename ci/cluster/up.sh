@@ -92,7 +92,7 @@ wait_for "kube-apiserver /readyz" 60 "$bin/kubectl" --kubeconfig "$kc" get --raw
 # (--validate=false: client-side validation would first download the whole OpenAPI document.)
 "$bin/kubectl" --kubeconfig "$kc" create --validate=false -f "$tools/kwok/crds/" -f "$tools/kuberay/crds/" >/dev/null
 start_proc pod-runner "$root/.venv/bin/python" "$here/pod_runner.py" --kubeconfig "$kc" \
-  --work-dir "$CLUSTER_DIR/runner" --image-regex "$RUNNER_IMAGE_REGEX" \
+  --work-dir "$CLUSTER_DIR/runner" --hooks-image-regex "$HOOKS_IMAGE_REGEX" \
   --ray-temp-dir "$RAY_TMP" --node-netns "$node_netns" --node-ip "$node_ip" --max-ray-workers "$MAX_RAY_WORKERS" --ray-worker-cpus "$RAY_WORKER_CPUS" \
   --ray-worker-port-base "$RAY_WORKER_PORT_BASE" --fake-miles "$fake_miles" \
   --storage-map "$STORAGE_MOUNT_PATH=$FSX_DIR"
@@ -105,13 +105,12 @@ start_proc kube-controller-manager "$bin/kube-controller-manager" \
 start_proc kube-scheduler "$bin/kube-scheduler" \
   --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
   --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false --profiling=false --v=1
-# kwok's kubelet server (127.0.0.1:$KWOK_PORT, the simulated nodes' kubelet endpoint) serves `kubectl logs` for
-# the pods the runner executes, through one kwok Logs object per pod.
-sed "s|@RUNNER_IMAGE_REGEX@|$RUNNER_IMAGE_REGEX|g" "$here/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
+# kwok's kubelet server (127.0.0.1:$KWOK_PORT) is the simulated nodes' kubelet endpoint.
+sed "s|@HOOKS_IMAGE_REGEX@|$HOOKS_IMAGE_REGEX|g" "$here/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
 start_proc kwok "$bin/kwok" --kubeconfig="$kc" --config="$CLUSTER_DIR/kwok-stages.yaml" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
   --server-address="127.0.0.1:$KWOK_PORT" --node-ip=127.0.0.1 --node-port="$KWOK_PORT" \
-  --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" --enable-crds=Logs \
+  --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
   --node-lease-duration-seconds=40 --cidr=10.244.0.1/16
 
 python3 "$here/nodes.py" | "$bin/kubectl" --kubeconfig "$kc" create --validate=false -f - >/dev/null

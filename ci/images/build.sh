@@ -101,17 +101,19 @@ build() {
   sed 's/^sha256://' "$iid"; rm -f "$iid"
 }
 
-# export NAME ID [REF] -> the image's OCI archive, written once per image id. Archives of other ids unused for a
-# day go (another clone on the machine may still be using a recent one).
+# export NAME ID [REF] -> the image's OCI archive, written once per image id, its layers uncompressed: each
+# testbed's containerd imports them (the miles stand-in's torch is 5.9 GB, which gzip took 35 s of every import
+# to inflate). Archives of other ids unused for a day go (another clone on the machine may still be using a
+# recent one).
 export_archive() {
   local name=$1 id=$2 ref=${3:-localhost/$1:testbed} archive
-  archive="$cache/archives/$name-${id:0:12}.tar"
+  archive="$cache/archives/$name-${id:0:12}-uncompressed.tar"
   mkdir -p "$cache/archives"
   find "$cache/archives" -name "$name-*.tar" ! -path "$archive" -mmin +1440 -delete
   if [[ -f $archive ]]; then
     touch "$archive"
   else
-    "${buildah[@]}" push --quiet "$id" "oci-archive:$archive.part:$ref"
+    "${buildah[@]}" push --quiet --disable-compression "$id" "oci-archive:$archive.part:$ref"
     mv "$archive.part" "$archive"
     log "exported $ref to $archive ($(du -h "$archive" | cut -f1))"
   fi

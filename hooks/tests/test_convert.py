@@ -16,13 +16,13 @@ import pytest
 
 from hooks_testlib import REPO, read_until, run_cli, spec_in, write
 from miles_hooks.core import runspec as specmod
-from miles_hooks.core.errors import CheckFailed
+from miles_hooks.core.errors import EXIT_TERMINATED, CheckFailed
 from miles_hooks.steps import convert
 
 if os.environ.get("MILES_HOOKS_ALLOW_NO_TORCH") == "1":
     pytest.importorskip("torch", reason="torch not installed and MILES_HOOKS_ALLOW_NO_TORCH=1")
 
-CONVERTER = REPO / "tests" / "fixtures" / "dcp_converter.py"
+CONVERTER = REPO / "ci" / "cluster" / "fake-miles" / "tools" / "dcp_converter.py"
 
 
 def conv_spec(tmp: Path) -> dict[str, Any]:
@@ -324,3 +324,28 @@ def test_source_identity_requires_config(tmp_path: Path) -> None:
     (Path(raw["model"]["hfPath"]) / "config.json").unlink()
     with pytest.raises(CheckFailed):
         convert.source_identity(raw)
+
+
+def test_sigterm_stops_the_conversion_and_frees_the_lock_at_once(tmp_path: Path) -> None:
+    """A drained or evicted convert pod gets SIGTERM: the hook stops the converter, removes its partial output
+    and releases the lock within the grace period, so the Job's next pod converts without waiting for the lock
+    to go stale (lockStaleSeconds) -- that pod is on another host, where the holder's pid tells nothing."""
+    raw = conv_spec(tmp_path)
+    path = write(tmp_path / "run.json", raw)
+    target = Path(raw["model"]["torchDistPath"])
+    proc = start_convert(path, env_with(DCP_CONVERTER_PAUSE_AT="saved"))
+    read_until(proc, "dcp_converter: paused at saved")  # lock held, shards half written
+    children = child_pids(proc.pid)
+    assert list(target.parent.glob(f".{target.name}.tmp-*"))
+    assert list(target.parent.glob(f".{target.name}.lock"))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == EXIT_TERMINATED
+    assert proc.stderr is not None
+    assert "stopped by SIGTERM" in proc.stderr.read()
+    wait_gone(children)
+    assert not list(target.parent.glob(f".{target.name}*")), list(target.parent.glob(f".{target.name}*"))
+    assert assert_valid_or_absent(raw) is False
+    # another converter (another host: a stale-looking pid would not help it) takes the lock at once
+    done = run_cli("convert", "--spec", str(path), "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["converted"] is True

@@ -2,8 +2,8 @@
 mirror, so `helm install --wait` runs the real prepare-data (mirror -> model dir) and the real convert
 hook, which finds no checkpoint, takes the lock and runs `convert.command` (`python3
 /root/miles/tools/convert_hf_to_torch_dist.py` plus the profile's model args) in the convert pod's
-miles-image container. The pod runner bind-mounts ci/cluster/fake-miles at /root/miles there; its converter
-is a stand-in running tests/fixtures/dcp_converter.py, which writes a real (tiny)
+miles-image container, on the real node. The miles stand-in image carries ci/cluster/fake-miles at
+/root/miles; its converter is a stand-in running dcp_converter.py beside it, which writes a real (tiny)
 torch.distributed.checkpoint that the hook validates with torch and publishes atomically with its marker.
 `helm upgrade` unchanged then takes the already-converted path (convert-check, hooks image) without running
 the converter again; one Ray job throughout."""
@@ -25,7 +25,6 @@ from test_lifecycle import check_single_job, leftovers, spec_fullname
 pytestmark = [pytest.mark.cluster, pytest.mark.torch]
 
 COLOCATED = [tb.OVERLAY, tb.VALUES / "values-colocated.yaml"]
-FAKE_MILES = tb.REPO / "ci" / "cluster" / "fake-miles"
 
 
 def hook_entry(entries: list[dict[str, Any]], container: str) -> dict[str, Any]:
@@ -45,8 +44,6 @@ def in_order(text: str, *needles: str) -> None:
 
 def test_install_runs_a_real_conversion_once(namespace: str, tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the test converter and the hook's validation need torch")
-    if Path(tb.runner_fake_miles() or "/nonexistent").resolve() != FAKE_MILES.resolve():
-        pytest.skip("the pod runner has no ci/cluster/fake-miles at /root/miles (needs mount namespaces)")
     rel, ns = "miles-conv", namespace
     # A model dir of this test only: no converted checkpoint of another test can be found there.
     models = tb.FSX_DIR / "models" / f"e2e-convert-{ns}"
@@ -89,8 +86,9 @@ def _install_convert_upgrade(
     assert tb.hook_steps(entries) == tb.HOOK_ORDER
     assert all(e["exitCode"] == 0 for e in entries), [(e["pod"], e["exitCode"]) for e in entries]
     conv = hook_entry(entries, "convert")
-    assert "miles-hooks" not in conv["image"], conv["image"]  # the miles image, with the hooks copied in
-    assert Path(conv["rootMiles"]).resolve() == FAKE_MILES.resolve(), conv
+    # the miles image (the stand-in, fake-miles at /root/miles), with the hooks copied in, on the real node
+    assert conv["image"].startswith("localhost/miles-standin:"), conv["image"]
+    assert conv["node"] == tb.REAL_NODE, conv
     log = Path(conv["log"]).read_text()
     in_order(
         log,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci" / "cluster"))
 import helm_race
-import pod_runner  # the testbed's pod runner: its mount namespaces and node labels
+import pod_runner  # the testbed's pod runner: the Ray node labels of its workers
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO / ".tools" / "bin"
@@ -225,17 +226,6 @@ def down() -> None:
     run([str(REPO / "ci" / "cluster" / "down.sh")], timeout=120)
 
 
-def runner_fake_miles() -> str:
-    """The dir the running pod runner bind-mounts at /root/miles (``--fake-miles``); "" when it runs without
-    one (no mount namespaces, FAKE_MILES=0): then the miles-image containers see no /root/miles."""
-    try:
-        pid = (CLUSTER_DIR / "run" / "pod-runner.pid").read_text().split()[0]
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    except (OSError, IndexError):
-        return ""
-    return argv[argv.index("--fake-miles") + 1] if "--fake-miles" in argv[:-1] else ""
-
-
 def journal(namespace: str | None = None, since: float = 0.0) -> list[dict[str, Any]]:
     if not JOURNAL.exists():
         return []
@@ -363,7 +353,9 @@ def wait_until(what: str, fn: Any, timeout: float = 60, interval: float = 0.5) -
 def on_shared_storage(argv: list[str]) -> list[str]:
     """``argv`` run where the pods see the shared storage: in a private mount namespace with $FSX_DIR bound
     at the storage mount path (up.sh made the mount point), so the run spec's paths resolve as in a pod."""
-    return [*pod_runner.in_mount_namespace([(str(FSX_DIR), STORAGE_MOUNT)]), *argv]
+    bind = f"mount --bind {shlex.quote(str(FSX_DIR))} {shlex.quote(STORAGE_MOUNT)}"
+    script = bind + ' && exec "$@"'
+    return ["unshare", "-m", "--propagation", "private", "--", "bash", "-c", script, "pod", *argv]
 
 
 def host_path(pod_path: str) -> Path:

@@ -127,6 +127,26 @@ def test_miles_standin_has_the_charts_ray_where_kuberay_runs_it(
     assert {"train.py", "train_async.py", "miles", "tools"} <= set(listing)
 
 
+def test_miles_standin_converts_as_the_convert_pod_runs_it(
+    containerd: Containerd, built_images: dict[str, BuiltImage]
+) -> None:
+    """The convert pod runs the stand-in converter at /root/miles/tools (a real torch.distributed.checkpoint
+    from a tiny HF config) and the hook reads its .metadata back with torch: both work in the read-only image,
+    torch from the image's own lock (CUDA build, no GPU needed), writing only to the output dir."""
+    script = (
+        "set -e; mkdir -p /tmp/hf /tmp/out; "
+        'echo \'{"vocab_size": 256, "hidden_size": 16, "num_hidden_layers": 2}\' > /tmp/hf/config.json; '
+        "python3 /root/miles/tools/convert_hf_to_torch_dist.py --num-layers 2 --hidden-size 16 "
+        "--vocab-size 256 --hf-checkpoint /tmp/hf --save /tmp/out; "
+        "python3 -c 'import torch.distributed.checkpoint as d; "
+        'print(sorted(d.FileSystemReader("/tmp/out/release").read_metadata().state_dict_metadata))\'; '
+        "cat /tmp/out/latest_checkpointed_iteration.txt"
+    )
+    out = run(containerd, built_images["miles-standin"], "standin-convert", "sh", "-c", script)
+    assert "embedding.word_embeddings.weight" in out and "output_layer.weight" in out, out
+    assert out.rstrip().endswith("release"), out
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -204,7 +224,11 @@ def test_no_build_trust_material_or_credential_in_any_layer(
 ) -> None:
     local_cas = [body[:200] for body in _host_local_cas()]
     found = []
-    for path, content in built_images[name].layer_files():
+
+    def suspect(path: str) -> bool:
+        return bool(CREDENTIAL_FILES.search(path)) or path.endswith((".crt", ".pem"))
+
+    for path, content in built_images[name].layer_files(read=suspect):
         # an empty file is a mount point the build left (build.sh bind-mounts pip.conf into RUN steps)
         if CREDENTIAL_FILES.search(path) and content.strip():
             found.append(f"{path} ({len(content)} bytes)")

@@ -1,6 +1,7 @@
 """The testbed's pod runner and hook journal (ci/cluster/pod_runner.py, ci/cluster/node_journal.py), the parts
-that need no testbed: the kubelet semantics it imitates for the convert pod, and the namespaces its Ray worker
-nodes run in. The e2e tier runs all of it against the real API server."""
+that need no testbed: how a Ray worker node is started for a simulated worker pod (env expansion, the start
+parameters it keeps, the namespaces it runs in) and what the journal watches. The e2e tier runs all of it
+against the real API server."""
 
 from __future__ import annotations
 
@@ -27,22 +28,34 @@ def test_env_expansion_follows_the_kubelet() -> None:
     assert pod_runner.expand_vars("$$(A) is escaped, $$ too", env) == "$(A) is escaped, $ too"
 
 
-def test_mount_paths_map_whole_path_components_only() -> None:
-    pairs = [("/fsx", "/tmp/fsx-local"), ("/fsx/models", "/tmp/models-local"), ("/", "/nowhere")]
-    mapped = pod_runner.Runner.map_paths(
-        "--load /fsx/models/Qwen --save=/fsx/runs/a /fsx2/x data:/fsx '/fsx/q' http://h/fsx/y", pairs
-    )
-    assert mapped == (
-        "--load /tmp/models-local/Qwen --save=/tmp/fsx-local/runs/a /fsx2/x data:/tmp/fsx-local "
-        "'/tmp/fsx-local/q' http://h/fsx/y"
-    )
-    assert pod_runner.Runner.map_paths("/fsx", []) == "/fsx"
+def worker_pod(start_cmd: str) -> client.V1Pod:
+    env = [client.V1EnvVar(name="KUBERAY_GEN_RAY_START_CMD", value=start_cmd)]
+    container = client.V1Container(name="ray-worker", image="localhost/miles-standin:testbed", env=env)
+    meta = client.V1ObjectMeta(labels={"ray.io/is-ray-node": "yes", "ray.io/node-type": "worker"})
+    return client.V1Pod(metadata=meta, spec=client.V1PodSpec(containers=[container]))
 
 
-def test_log_lines_are_in_the_cri_format() -> None:
-    full, partial = pod_runner.cri_line(b"done\n"), pod_runner.cri_line(b"no newline")
-    assert re.fullmatch(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z stdout F done\n", full), full
-    assert partial.endswith(b" stdout P no newline\n"), partial
+def test_a_ray_worker_keeps_the_pods_resources_and_no_more_cpus_than_allowed(tmp_path: Path) -> None:
+    workers = pod_runner.RayWorkers(
+        node_netns="unused",
+        node_ip="10.250.10.2",
+        temp_dir=str(tmp_path),
+        binds=[],
+        work_dir=tmp_path,
+        venv_bin=tmp_path,
+        cpus=2,
+        limit=1,
+        port_base=12000,
+    )
+    generated = (
+        "ray start  --address=$FQ_RAY_IP:6379  --num-cpus=16  --num-gpus=8 --metrics-export-port=8080 "
+        """--resources='{"rollout": 1}'  --block"""
+    )
+    pod = worker_pod(generated)
+    assert pod_runner.RayWorkers.is_worker(pod)
+    # the pod's GPUs and custom resources as KubeRay wrote them; its CPUs capped; its ports the runner's own
+    assert workers.start_params(pod) == ["--num-cpus=2", "--num-gpus=8", '--resources={"rollout": 1}']
+    assert workers.start_params(worker_pod("ray start --address=x:6379")) == ["--num-cpus=2"]
 
 
 def can_make_namespaces() -> bool:
@@ -87,22 +100,6 @@ def test_a_ray_worker_node_runs_as_a_container_would(tmp_path: Path) -> None:
         subprocess.run(["ip", "netns", "del", netns], check=False)
 
 
-@pytest.mark.skipif(not can_make_namespaces(), reason="needs root and mount namespaces")
-def test_the_convert_pods_processes_see_the_claim_at_its_mount_path_only(tmp_path: Path) -> None:
-    """in_mount_namespace: what the runner and the tests' seeding run under, so the run spec's storage paths
-    resolve as in a pod, and nothing of it shows on the host."""
-    claim, mount_point = tmp_path / "claim", tmp_path / "fsx"
-    claim.mkdir()
-    mount_point.mkdir()
-    prefix = pod_runner.in_mount_namespace([(str(claim), str(mount_point))])
-    write = subprocess.run(
-        [*prefix, "sh", "-c", 'echo seeded > "$1/marker"', "sh", str(mount_point)], check=False
-    )
-    assert write.returncode == 0
-    assert (claim / "marker").read_text() == "seeded\n" and not (mount_point / "marker").exists()
-    assert pod_runner.in_mount_namespace([]) == []  # nothing bound: the command runs as it is
-
-
 def pod(node: str, image: str, phase_state: client.V1ContainerState) -> client.V1Pod:
     container = client.V1Container(name="submit", image=image, command=["miles-hooks", "submit"], args=["-v"])
     return client.V1Pod(
@@ -129,8 +126,13 @@ def test_the_journal_watches_hook_pods_of_the_real_node_only(tmp_path: Path) -> 
     )
     waiting = client.V1ContainerState(waiting=client.V1ContainerStateWaiting(reason="ContainerCreating"))
     assert journal.watches(pod("real-cpu-0", "localhost/miles-hooks:testbed", waiting))
-    assert not journal.watches(pod("gpu-0001", "localhost/miles-hooks:testbed", waiting))  # the runner's
+    assert not journal.watches(pod("gpu-0001", "localhost/miles-hooks:testbed", waiting))  # a simulated node
     assert not journal.watches(pod("real-cpu-0", "localhost/miles-standin:testbed", waiting))  # a Ray head
+    # the convert pod: the miles image, the hooks copied in by an init container of the hooks image
+    convert = pod("real-cpu-0", "localhost/miles-standin:testbed", waiting)
+    copy = client.V1Container(name="copy-hooks", image="localhost/miles-hooks:testbed")
+    convert.spec.init_containers = [copy]
+    assert journal.watches(convert)
 
     terminated = client.V1ContainerStateTerminated(exit_code=3, reason="Error")
     seen = pod("real-cpu-0", "localhost/miles-hooks:testbed", client.V1ContainerState(terminated=terminated))

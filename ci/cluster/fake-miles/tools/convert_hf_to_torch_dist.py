@@ -1,11 +1,10 @@
 """Testbed stand-in for miles' tools/convert_hf_to_torch_dist.py: checks how the convert hook calls it, then
-runs our small CPU test converter (tests/fixtures/dcp_converter.py), which writes a REAL
+runs our small CPU test converter (dcp_converter.py beside it), which writes a REAL
 torch.distributed.checkpoint directory (``<save>/release/`` + ``latest_checkpointed_iteration.txt``) with the
 shapes of the HF config. It loads no weights and converts nothing real.
 
-The pod runner runs the convert pod's miles-image container with this directory bind-mounted at
-``/root/miles`` and names the directory in ``MILES_TESTBED_FAKE_MILES`` (the path of the repository, where
-the test converter lives, is not visible from ``/root/miles``).
+The miles stand-in image carries this directory at ``/root/miles``: the convert pod runs it there, on the
+testbed's real node.
 """
 
 import argparse
@@ -25,14 +24,8 @@ def main() -> int:
     p.add_argument("--hf-checkpoint", required=True)
     p.add_argument("--save", required=True)
     a, rest = p.parse_known_args()
-    fake = os.environ.get("MILES_TESTBED_FAKE_MILES", "")
-    converter = Path(fake).resolve().parents[2] / "tests" / "fixtures" / "dcp_converter.py" if fake else None
+    converter = Path(__file__).with_name("dcp_converter.py")
     problems = []
-    if converter is None or not converter.is_file():
-        problems.append(
-            f"MILES_TESTBED_FAKE_MILES={fake!r} does not lead to tests/fixtures/dcp_converter.py "
-            "(the pod runner sets it for the convert pod's miles-image container)"
-        )
     try:
         config = json.loads((Path(a.hf_checkpoint) / "config.json").read_text())
     except (OSError, ValueError) as exc:
@@ -52,7 +45,6 @@ def main() -> int:
     if problems:
         print("testbed convert_hf_to_torch_dist.py: invalid call: " + "; ".join(problems), file=sys.stderr)
         return 2
-    assert converter is not None
     print(
         f"testbed convert_hf_to_torch_dist.py (stand-in, no real weights): {a.num_layers} layers, hidden "
         f"{a.hidden_size}, {len(rest)} other model args; running the test DCP converter {converter}",
