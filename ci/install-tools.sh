@@ -163,9 +163,11 @@ checkov_env() {
 }
 
 # Debian packages the image builds and the container runtime come from (images are built without a Docker
-# daemon; see ci/images/build.sh). Installed only when one is missing.
+# daemon; see ci/images/build.sh). Installed only when one is missing. pigz: containerd inflates gzip layers with
+# unpigz when it finds it, in half gzip's time (16 s instead of 30 for the miles stand-in's 4.9 GB torch layer).
 debian_packages() {
-  local wanted=(mmdebstrap buildah containerd runc containernetworking-plugins socat conntrack dnsutils acl) missing=() pkg
+  local wanted=(mmdebstrap buildah containerd runc containernetworking-plugins socat conntrack dnsutils acl pigz)
+  local missing=() pkg
   for pkg in "${wanted[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
   ((${#missing[@]} == 0)) && return
   log "installing Debian packages: ${missing[*]}"

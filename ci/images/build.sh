@@ -92,28 +92,32 @@ python_base() {
 # build NAME DOCKERFILE CONTEXT BASE -> builds localhost/NAME:testbed with buildah's layer cache and
 # prints the image id (this build's own: another clone may retag the shared name meanwhile)
 build() {
-  local name=$1 dockerfile=$2 context=$3 base=$4 t0=$SECONDS iid
+  local name=$1 dockerfile=$2 context=$3 base=$4 t0=$SECONDS iid previous
   log "building localhost/$name:testbed from ${dockerfile#"$root"/}"
+  previous=$(image_id "localhost/$name:testbed" || true)
   iid=$(mktemp "$cache/iid-XXXXXX")
   "${buildah[@]}" bud --quiet --layers --isolation chroot "${registry_trust[@]}" --iidfile "$iid" \
     --build-arg "PYTHON_IMAGE=$base" -f "$dockerfile" -t "localhost/$name:testbed" "$context" >/dev/null
   log "built localhost/$name:testbed in $((SECONDS - t0)) s"
+  # the image the tag left (its archive stays for a day): without this every change of an input leaves its whole
+  # image in the storage, gigabytes for the miles stand-in; buildah keeps it while it is another's parent
+  if [[ -n $previous && $previous != "$(sed 's/^sha256://' "$iid")" ]]; then
+    "${buildah[@]}" rmi "$previous" >/dev/null 2>&1 || true
+  fi
   sed 's/^sha256://' "$iid"; rm -f "$iid"
 }
 
-# export NAME ID [REF] -> the image's OCI archive, written once per image id, its layers uncompressed: each
-# testbed's containerd imports them (the miles stand-in's torch is 5.9 GB, which gzip took 35 s of every import
-# to inflate). Archives of other ids unused for a day go (another clone on the machine may still be using a
-# recent one).
+# export NAME ID [REF] -> the image's OCI archive, written once per image id. Archives of other ids unused for a
+# day go (another clone on the machine may still be using a recent one).
 export_archive() {
   local name=$1 id=$2 ref=${3:-localhost/$1:testbed} archive
-  archive="$cache/archives/$name-${id:0:12}-uncompressed.tar"
+  archive="$cache/archives/$name-${id:0:12}.tar"
   mkdir -p "$cache/archives"
   find "$cache/archives" -name "$name-*.tar" ! -path "$archive" -mmin +1440 -delete
   if [[ -f $archive ]]; then
     touch "$archive"
   else
-    "${buildah[@]}" push --quiet --disable-compression "$id" "oci-archive:$archive.part:$ref"
+    "${buildah[@]}" push --quiet "$id" "oci-archive:$archive.part:$ref"
     mv "$archive.part" "$archive"
     log "exported $ref to $archive ($(du -h "$archive" | cut -f1))"
   fi
