@@ -268,16 +268,17 @@ contract_env() {
 
 # The Python the testbed's simulated Ray workers run (ci/cluster/pod_runner.py): the CPython 3.12 the images' base
 # carries and Ray from the miles stand-in's hashed lock, as in the image the Ray heads run (Ray refuses a node
-# of another Python or Ray version).
+# of another Python or Ray version). Ray alone: the stand-in's torch is for its convert pod.
 ray_worker_env() {
-  local lock="$root/ci/images/miles-standin/requirements.lock" venv="$tools/ray-worker-venv" python
+  local lock="$root/ci/images/miles-standin/requirements.lock" venv="$tools/ray-worker-venv" python ray
   if fresh ray-worker "$lock" && [[ -x "$venv/bin/ray" ]]; then log "Ray worker venv up to date"; return; fi
   python=$("$root/ci/images/build.sh" --python312)
-  log "creating the Ray worker venv ($python, Ray from ci/images/miles-standin/requirements.lock) in $venv"
+  ray=$(grep -m1 '^ray\[' "$root/ci/images/miles-standin/requirements.txt")
+  log "creating the Ray worker venv ($python, $ray from ci/images/miles-standin/requirements.lock) in $venv"
   uv_tool
   rm -rf "$venv"
   UV_PYTHON_DOWNLOADS=never "$tools/uv/bin/uv" venv -q --python "$python" "$venv"
-  venv_install "$venv" --require-hashes --no-deps -r "$lock"
+  venv_install "$venv" "$ray" -c "$lock"
   "$venv/bin/ray" --version >/dev/null
   stamp ray-worker "$lock"
 }
