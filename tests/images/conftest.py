@@ -14,7 +14,8 @@ def built_images() -> dict[str, BuiltImage]:
         pytest.fail(str(missing))
 
 
-@pytest.fixture(scope="session")
+# package scope: its unpacked images (gigabytes) go when tests/images is done, not at the end of the session
+@pytest.fixture(scope="package")
 def containerd(
     tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, BuiltImage]
 ) -> Iterator[Containerd]:

@@ -5,6 +5,7 @@ containerd on the machine. (A uniquely named module: every test tier has its own
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import tarfile
 import time
@@ -124,3 +125,5 @@ class Containerd:
         for mount_point in sorted((line.split()[1] for line in mounts), reverse=True):
             if mount_point.startswith(str(self.workdir)):
                 subprocess.run(["umount", "-l", mount_point], check=False)
+        # the unpacked images (the miles stand-in alone is 5 GB): pytest keeps the last runs' temp folders
+        shutil.rmtree(self.workdir / "root", ignore_errors=True)
