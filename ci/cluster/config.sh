@@ -92,6 +92,7 @@ REAL_NODE_LABELS=${REAL_NODE_LABELS:-node.kubernetes.io/instance-type=$CPU_INSTA
 REAL_NODE_TAINTS=${REAL_NODE_TAINTS:-miles-testbed/real-node=true:NoSchedule}
 # What the node advertises of the chart's gpuPods.gpuResource (nvidia.com/gpu), an extended resource with no device
 # behind it, so the convert pod, which asks for GPUs and the GPU pool's toleration, can run here as a container
-# (values-local-testbed.yaml adds the node's label and taint to its pool). A GPU pod that does not tolerate the
-# taint (every Ray worker) still never lands here.
-REAL_NODE_GPUS=${REAL_NODE_GPUS:-1}
+# (values-local-testbed.yaml adds the node's label and taint to its pool). As many as a GPU node has: the moe
+# scenario's converter asks for all 8. A GPU pod that does not tolerate the taint (every Ray worker) still never
+# lands here.
+REAL_NODE_GPUS=${REAL_NODE_GPUS:-$GPU_PER_NODE}

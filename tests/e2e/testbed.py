@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci" / "cluster"))
 import helm_race
 import pod_runner  # the testbed's pod runner: the Ray node labels of its workers
@@ -107,13 +109,48 @@ def helm(version: str, *args: str, check: bool = True, timeout: float = 900) -> 
     return run([str(TOOLS_BIN / version), *args], check=check, timeout=timeout)
 
 
+# What the overlay sizes for the real node (2 cores, shared with the whole testbed), by values path
+REAL_NODE_SIZES = (
+    ("hooks", "convert", "resources"),
+    ("hooks", "convert", "shmSize"),
+    ("rayCluster", "head", "resources"),
+    ("reward", "resources"),
+)
+
+
+def real_node_sizes(values: list[Path]) -> list[str]:
+    """``--set-json`` arguments giving the overlay's real-node sizes back where a value file after it sets
+    them: a scenario's production size (the MoE converter's 32 CPUs and 1000Gi) would leave its pod Pending
+    on the real node, and only the size differs from what the scenario ships."""
+    if OVERLAY not in values:
+        return []
+    overlay = yaml.safe_load(OVERLAY.read_text())
+    later = [yaml.safe_load(p.read_text()) or {} for p in values[values.index(OVERLAY) + 1 :]]
+
+    def lookup(doc: Any, path: tuple[str, ...]) -> Any:
+        for key in path:
+            if not isinstance(doc, dict) or key not in doc:
+                return None
+            doc = doc[key]
+        return doc
+
+    return [
+        arg
+        for path in REAL_NODE_SIZES
+        if any(lookup(doc, path) is not None for doc in later)
+        for arg in ("--set-json", f"{'.'.join(path)}={json.dumps(lookup(overlay, path))}")
+    ]
+
+
 def deploy_argv(
     version: str, verb: str, release: str, namespace: str, values: list[Path], *extra: str
 ) -> list[str]:
-    """helm install/upgrade of the chart with the value files in order, waiting as a user would; Helm 4
-    with --debug, whose log tells its hook status race (below) from a failed hook."""
+    """helm install/upgrade of the chart with the value files in order (the overlay's real-node sizes kept,
+    real_node_sizes), waiting as a user would; Helm 4 with --debug, whose log tells its hook status race
+    (below) from a failed hook."""
     files = [arg for path in values for arg in ("-f", str(path))]
-    chart = [str(CHART), "-n", namespace, *files, *extra, "--wait", "--timeout", "8m"]
+    sizes = real_node_sizes(values)
+    chart = [str(CHART), "-n", namespace, *files, *sizes, *extra, "--wait", "--timeout", "8m"]
     debug = ["--debug"] if version == "helm4" else []
     return [str(TOOLS_BIN / version), verb, release, *chart, *debug]
 
