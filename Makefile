@@ -34,10 +34,12 @@ lint-chart:
 	ci/ct-lint.sh
 
 lint-python:
-	ruff check hooks/ tests/ ci/ images/ charts/miles/files/
-	ruff format --check hooks/ tests/ ci/ images/ charts/miles/files/
+	ruff check hooks/ tests/ ci/ images/ testbed/ charts/miles/files/
+	ruff format --check hooks/ tests/ ci/ images/ testbed/ charts/miles/files/
 	mypy --config-file hooks/pyproject.toml hooks/src
 	lint-imports hooks/pyproject.toml
+	mypy --config-file testbed/pyproject.toml testbed/src testbed/tests
+	lint-imports testbed/pyproject.toml
 	mypy --config-file images/reward-service/pyproject.toml images/reward-service/src images/reward-service/tests
 	mypy --strict --ignore-missing-imports tests/bench/reward
 	mypy --strict --ignore-missing-imports ci/miles-contract tests/contract charts/miles/files
@@ -58,16 +60,16 @@ test-timing: tools ## the timing-sensitive tiers RUNS times (default 10) in rand
 	RUNS=$(or $(RUNS),10) ci/timing-stress.sh
 
 demo: tools ## the main job: local cluster up, colocated scenario installed with the real hooks, final state
-	ci/cluster/demo.sh
+	testbed/demo.sh
 
 scenarios: tools ## render every values/ scenario with Helm 3 and Helm 4, validate, print topology
 	ci/scenarios.sh
 
 cluster-up: tools ## local testbed up (NODES=128 for 128 simulated GPU nodes)
-	ci/cluster/up.sh
+	testbed/up.sh
 
 cluster-down: ## stop the local testbed: no process or port left behind
-	ci/cluster/down.sh
+	testbed/down.sh
 
 bench: tools ## benchmarks (testbed, reward service); results land in tests/bench/results/
 	ci/bench.sh

@@ -129,14 +129,15 @@ venv_install() {
 python_env() {
   local req="$root/ci/requirements.txt" lock="$root/ci/requirements.lock"
   local pyproject="$root/hooks/pyproject.toml" reward="$root/images/reward-service/pyproject.toml"
-  if fresh venv "$req" "$lock" "$pyproject" "$reward" && [[ -x "$root/.venv/bin/python" ]]; then
+  local testbed="$root/testbed/pyproject.toml"
+  if fresh venv "$req" "$lock" "$pyproject" "$reward" "$testbed" && [[ -x "$root/.venv/bin/python" ]]; then
     log "python venv up to date"; return
   fi
   log "installing .venv from ci/requirements.txt (pinned by ci/requirements.lock)"
   new_venv "$root/.venv"
   venv_install "$root/.venv" -r "$req" -c "$lock"
-  venv_install "$root/.venv" --no-deps -e "$root/hooks" -e "$root/images/reward-service"
-  stamp venv "$req" "$lock" "$pyproject" "$reward"
+  venv_install "$root/.venv" --no-deps -e "$root/hooks" -e "$root/images/reward-service" -e "$root/testbed"
+  stamp venv "$req" "$lock" "$pyproject" "$reward" "$testbed"
 }
 
 # kubeconform's strict schemas for the pinned Kubernetes version and the KubeRay CRDs, generated from the
@@ -163,7 +164,7 @@ checkov_env() {
 }
 
 # Debian packages the image builds and the container runtime come from (images are built without a Docker
-# daemon; see ci/images/build.sh). Installed only when one is missing. pigz: containerd inflates gzip layers with
+# daemon; see testbed/images/build.sh). Installed only when one is missing. pigz: containerd inflates gzip layers with
 # unpigz when it finds it, in half gzip's time (16 s instead of 30 for the miles stand-in's 4.9 GB torch layer).
 debian_packages() {
   local wanted=(mmdebstrap buildah containerd runc containernetworking-plugins socat conntrack dnsutils acl pigz)
@@ -179,7 +180,7 @@ debian_packages() {
 # layer cache makes an unchanged build take seconds.
 build_images() {
   debian_packages
-  "$root/ci/images/build.sh"
+  "$root/testbed/images/build.sh"
 }
 
 # --- local testbed (docs/testbed.md): real control plane, kwok, KubeRay, each from its own pinned tools module ------
@@ -245,7 +246,7 @@ build_cluster() {
   done
   src=$(module_dir kwok sigs.k8s.io/kwok)
   install -m 0644 "$src/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml" "$tools/kwok/crds/"
-  # Kueue's CRDs and webhook configurations, as its release manifests ship them (ci/cluster/kueue.sh points
+  # Kueue's CRDs and webhook configurations, as its release manifests ship them (testbed/kueue.sh points
   # the webhooks at the local controller).
   src=$(module_dir kueue sigs.k8s.io/kueue)
   rm -rf "$tools/kueue" && mkdir -p "$tools/kueue/crds"
@@ -266,15 +267,15 @@ contract_env() {
   stamp miles-contract "$req"
 }
 
-# The Python the testbed's simulated Ray workers run (ci/cluster/pod_runner.py): the CPython 3.12 the images' base
+# The Python the testbed's simulated Ray workers run (miles_testbed.ray_workers): the CPython 3.12 the images' base
 # carries and Ray from the miles stand-in's hashed lock, as in the image the Ray heads run (Ray refuses a node
 # of another Python or Ray version). Ray alone: the stand-in's torch is for its convert pod.
 ray_worker_env() {
-  local lock="$root/ci/images/miles-standin/requirements.lock" venv="$tools/ray-worker-venv" python ray
+  local lock="$root/testbed/images/miles-standin/requirements.lock" venv="$tools/ray-worker-venv" python ray
   if fresh ray-worker "$lock" && [[ -x "$venv/bin/ray" ]]; then log "Ray worker venv up to date"; return; fi
-  python=$("$root/ci/images/build.sh" --python312)
-  ray=$(grep -m1 '^ray\[' "$root/ci/images/miles-standin/requirements.txt")
-  log "creating the Ray worker venv ($python, $ray from ci/images/miles-standin/requirements.lock) in $venv"
+  python=$("$root/testbed/images/build.sh" --python312)
+  ray=$(grep -m1 '^ray\[' "$root/testbed/images/miles-standin/requirements.txt")
+  log "creating the Ray worker venv ($python, $ray from testbed/images/miles-standin/requirements.lock) in $venv"
   uv_tool
   rm -rf "$venv"
   UV_PYTHON_DOWNLOADS=never "$tools/uv/bin/uv" venv -q --python "$python" "$venv"

@@ -5,7 +5,7 @@
 #                                             for CPython 3.12 on x86_64 manylinux, with every file's sha256
 #   images/reward-service/requirements.lock   the reward-service image, the same way
 #   images/reward-service/requirements-reward-model.lock   its reward_model backend (WITH_REWARD_MODEL=1)
-#   ci/images/miles-standin/requirements.lock  the testbed's stand-in for the miles image: Ray and torch within
+#   testbed/images/miles-standin/requirements.lock  the testbed's stand-in for the miles image: Ray and torch within
 #                                             ci/requirements.lock
 # The image locks are installed with `pip install --require-hashes`: a file whose hash is not listed is refused.
 set -euo pipefail
@@ -36,7 +36,7 @@ image_lock hooks/requirements.txt images/hooks-requirements.lock ci/requirements
 image_lock images/reward-service/requirements.txt images/reward-service/requirements.lock
 # torch without triton (1 GB, which neither `import torch` nor torch.distributed.checkpoint loads): the stand-in
 # runs the testbed's tiny CPU converter and the convert hook's validation, never a compiled kernel
-image_lock ci/images/miles-standin/requirements.txt ci/images/miles-standin/requirements.lock ci/requirements.lock \
+image_lock testbed/images/miles-standin/requirements.txt testbed/images/miles-standin/requirements.lock ci/requirements.lock \
   --no-emit-package triton
 image_lock images/reward-service/requirements-reward-model.txt images/reward-service/requirements-reward-model.lock \
   images/reward-service/requirements.lock

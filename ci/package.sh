@@ -3,7 +3,7 @@
 # built from its Go module by make tools), pulls it back and checks the pulled archive is byte-identical.
 # With INSTALL=1 and the local testbed up (make cluster-up), also installs the pulled chart there
 # (namespace $INSTALL_NAMESPACE, default miles-oci, which needs the storage claim and hf-token Secret that
-# ci/cluster/demo.sh sets up for its namespace).
+# testbed/demo.sh sets up for its namespace).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -22,7 +22,7 @@ from miles_hooks.steps import convert
 if os.environ.get("MILES_HOOKS_ALLOW_NO_TORCH") == "1":
     pytest.importorskip("torch", reason="torch not installed and MILES_HOOKS_ALLOW_NO_TORCH=1")
 
-CONVERTER = REPO / "ci" / "cluster" / "fake-miles" / "tools" / "dcp_converter.py"
+CONVERTER = REPO / "testbed" / "fake-miles" / "tools" / "dcp_converter.py"
 
 
 def conv_spec(tmp: Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""End-to-end tests on the local testbed (ci/cluster): real API server, scheduler, controller-manager and
+"""End-to-end tests on the local testbed (testbed/): real API server, scheduler, controller-manager and
 KubeRay operator, a real node where each release's Ray head runs as a container, kwok-simulated GPU nodes and
 Ray worker pods (each joined to its head by a real Ray worker node), hook pods really executed by the pod
 runner.
@@ -29,14 +29,14 @@ os.environ.setdefault("TESTBED_PORT_OFFSET", "1000")
 os.environ.setdefault("CLUSTER_DIR", str(_REPO / ".tools" / "cluster-e2e"))
 os.environ.setdefault("FSX_DIR", "/tmp/miles-testbed-fsx-e2e")
 
+import harness as tb  # noqa: E402
 import seed  # noqa: E402
-import testbed as tb  # noqa: E402
 
-# testbed reads its configuration when first imported: a module imported before this conftest (another
+# harness reads its configuration when first imported: a module imported before this conftest (another
 # tier importing it at collection) would have fixed it to the `make cluster-up` testbed's, silently.
 if Path(os.environ["CLUSTER_DIR"]) != tb.CLUSTER_DIR or Path(os.environ["FSX_DIR"]) != tb.FSX_DIR:
     raise RuntimeError(
-        "tests/e2e/testbed.py was imported before tests/e2e/conftest.py set the e2e testbed's environment "
+        "tests/e2e/harness.py was imported before tests/e2e/conftest.py set the e2e testbed's environment "
         f"(it holds CLUSTER_DIR={tb.CLUSTER_DIR}, expected {os.environ['CLUSTER_DIR']}): import it from "
         "the e2e tier only, or set CLUSTER_DIR, TESTBED_PORT_OFFSET and FSX_DIR first"
     )
@@ -65,7 +65,7 @@ def release_namespace() -> Iterator[str]:
     dead = tb.dead_processes()
     assert not dead, "testbed process(es) no longer running:\n" + "\n".join(dead)
     ns = f"e2e-{uuid.uuid4().hex[:8]}"
-    tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), ns, "fsx-claim"])
+    tb.run([str(tb.REPO / "testbed" / "storage.sh"), ns, "fsx-claim"])
     tb.kubectl(
         "-n", ns, "create", "secret", "generic", "hf-token", "--from-literal=token=hf_testbed_not_a_token"
     )
@@ -83,7 +83,7 @@ def release_namespace() -> Iterator[str]:
         # test has a namespace of its own.
         tb.kubectl("delete", "pods", "--all", "-n", ns, "--force", "--grace-period=0", check=False)
         tb.kubectl("delete", "namespace", ns, "--wait=false", check=False, timeout=90)
-        tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), "--delete", ns, "fsx-claim"], check=False)
+        tb.run([str(tb.REPO / "testbed" / "storage.sh"), "--delete", ns, "fsx-claim"], check=False)
         tb.wait_for_no_ray_workers(ns, 120)
 
 

@@ -128,7 +128,7 @@ def main(argv: list[str]) -> int:
         type=Path,
         help="prepare the inputs of this run spec (JSON) and publish its converted checkpoint, reading the "
         "mirror at <storage.mountPath>/hub-mirror: run where the pods see the storage "
-        "(testbed.on_shared_storage)",
+        "(harness.on_shared_storage)",
     )
     ap.add_argument("--release", default="miles")
     ap.add_argument("--namespace", default="default")
@@ -145,14 +145,14 @@ def main(argv: list[str]) -> int:
     print(mirror)
     if args.publish_converted:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        import testbed
+        import harness
 
         values = [Path(a) for a in args.helm_args if a != "-f"]
         missing = [str(v) for v in values if not v.is_file()]
         if missing:
             print(f"seed.py: values file(s) not found: {', '.join(missing)}", file=sys.stderr)
             return 2
-        testbed.publish_converted(testbed.rendered_spec(values, args.release, args.namespace))
+        harness.publish_converted(harness.rendered_spec(values, args.release, args.namespace))
     return 0
 
 

@@ -10,8 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
+import harness as tb
 import pytest
-import testbed as tb
 import yaml
 
 pytestmark = [pytest.mark.cluster, pytest.mark.torch]

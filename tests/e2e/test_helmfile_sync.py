@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import harness as tb
 import pytest
-import testbed as tb
 import yaml
 
 pytestmark = pytest.mark.cluster
@@ -26,7 +26,7 @@ def test_dev_environment_syncs(namespace: str, inputs_ready: Callable[..., Any],
     dev = yaml.safe_load((DEV / "dev.yaml").read_text())
     release = dev["release"]
     claim = yaml.safe_load((DEV / "dev-release.yaml").read_text())["storage"]["existingClaim"]
-    tb.run([str(tb.REPO / "ci" / "cluster" / "storage.sh"), namespace, claim])
+    tb.run([str(tb.REPO / "testbed" / "storage.sh"), namespace, claim])
     layered = [tb.OVERLAY, *(tb.VALUES / f for f in dev["scenarios"]), DEV / "dev-release.yaml"]
     inputs_ready(layered, release, namespace)
     state = tmp_path / "testbed-state.yaml"

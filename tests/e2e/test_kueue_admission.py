@@ -1,4 +1,4 @@
-"""Queued admission with the real Kueue controller (ci/cluster/kueue.sh: the pinned sigs.k8s.io/kueue, its own
+"""Queued admission with the real Kueue controller (testbed/kueue.sh: the pinned sigs.k8s.io/kueue, its own
 CRDs and webhooks): a ClusterQueue with GPU quota for one run admits the first release and holds the second
 suspended until the first is gone. wait-ready says the second waits for admission and does not spend its
 readiness timeout meanwhile; Helm 4 installs the first release, Helm 3 the second."""
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import harness as tb
 import pytest
-import testbed as tb
 
 pytestmark = pytest.mark.cluster
 
@@ -49,7 +49,7 @@ spec:
 
 @pytest.fixture(scope="module")
 def kueue(testbed: Path) -> Iterator[None]:
-    script = str(tb.REPO / "ci" / "cluster" / "kueue.sh")
+    script = str(tb.REPO / "testbed" / "kueue.sh")
     tb.run([script, "up"], timeout=240)
     try:
         tb.kubectl_apply(QUEUE_OBJECTS)

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import harness as tb
 import pytest
-import testbed as tb
 
 pytestmark = pytest.mark.cluster
 

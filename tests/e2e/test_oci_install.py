@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import harness as tb
 import pytest
-import testbed as tb
 from test_lifecycle import check_single_job, spec_fullname
 
 pytestmark = pytest.mark.cluster

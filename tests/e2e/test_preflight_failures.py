@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import harness as tb
 import pytest
-import testbed as tb
 import yaml
 
 pytestmark = pytest.mark.cluster

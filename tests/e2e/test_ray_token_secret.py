@@ -14,8 +14,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import harness as tb
 import pytest
-import testbed as tb
 
 pytestmark = pytest.mark.cluster
 

@@ -2,7 +2,7 @@
 mirror, so `helm install --wait` runs the real prepare-data (mirror -> model dir) and the real convert
 hook, which finds no checkpoint, takes the lock and runs `convert.command` (`python3
 /root/miles/tools/convert_hf_to_torch_dist.py` plus the profile's model args) in the convert pod's
-miles-image container, on the real node. The miles stand-in image carries ci/cluster/fake-miles at
+miles-image container, on the real node. The miles stand-in image carries testbed/fake-miles at
 /root/miles; its converter is a stand-in running dcp_converter.py beside it, which writes a real (tiny)
 torch.distributed.checkpoint that the hook validates with torch and publishes atomically with its marker.
 `helm upgrade` unchanged then takes the already-converted path (convert-check, hooks image) without running
@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness as tb
 import pytest
-import testbed as tb
 import yaml
 from test_lifecycle import check_single_job, leftovers, spec_fullname
 

@@ -1,4 +1,4 @@
-"""The real node (ci/cluster/node.sh, part of the testbed): kubelet + kube-proxy + containerd/runc, where
+"""The real node (testbed/node.sh, part of the testbed): kubelet + kube-proxy + containerd/runc, where
 every release's Ray head runs. Here the chart's own hook pod spec -- securityContext, read-only root, volumes,
 service account token -- runs there as a real container from the hooks image `make tools` built (the kubelet's
 own checks are the ones that refuse a bad securityContext), and so do the chart's head and reward service,
@@ -17,8 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import harness as tb
 import pytest
-import testbed as tb
 import yaml
 
 pytestmark = pytest.mark.cluster

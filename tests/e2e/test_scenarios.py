@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import harness as tb
 import pytest
-import testbed as tb
 
 sys.path.insert(0, str(tb.REPO / "ci"))
 import scenario_files  # ci/: the scenarios of values/

@@ -1,4 +1,4 @@
-"""The images `make tools` built (ci/images/build.sh) and a real container runtime to run them in: a
+"""The images `make tools` built (testbed/images/build.sh) and a real container runtime to run them in: a
 private containerd (Debian's, with runc) with its own root and socket, so nothing is shared with any other
 containerd on the machine. (A uniquely named module: every test tier has its own conftest.py.)"""
 
@@ -65,7 +65,9 @@ def _member(tar: tarfile.TarFile, name: str) -> Any:
 def load_built_images() -> dict[str, BuiltImage]:
     """The images in .tools/images/manifest.json that have an OCI archive (the base image has none)."""
     if not MANIFEST.is_file():
-        raise FileNotFoundError(f"{MANIFEST} is missing: `make tools` builds the images (ci/images/build.sh)")
+        raise FileNotFoundError(
+            f"{MANIFEST} is missing: `make tools` builds the images (testbed/images/build.sh)"
+        )
     entries = json.loads(MANIFEST.read_text())
     images = {
         name: BuiltImage(name, entry["image"], Path(entry["archive"]))
@@ -74,7 +76,7 @@ def load_built_images() -> dict[str, BuiltImage]:
     }
     for image in images.values():
         if not image.archive.is_file():
-            raise FileNotFoundError(f"{image.archive} is missing: run ci/images/build.sh")
+            raise FileNotFoundError(f"{image.archive} is missing: run testbed/images/build.sh")
     return images
 
 

@@ -1,4 +1,4 @@
-"""The hooks and reward-service images as built from the product's own Dockerfiles (ci/images/build.sh),
+"""The hooks and reward-service images as built from the product's own Dockerfiles (testbed/images/build.sh),
 run by a real containerd + runc: the user, entrypoint and read-only root the chart relies on, every
 module the image ships importable inside it, and nothing of the build's trust material or any credential
 left in a layer. Also the testbed's stand-in for the miles image: the Ray the chart expects, where KubeRay

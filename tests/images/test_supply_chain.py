@@ -17,7 +17,7 @@ LOCKS = {
     lock: REPO / "hooks" / "requirements.txt"
     if lock.name == "hooks-requirements.lock"
     else lock.with_suffix(".txt")
-    for lock in sorted([*REPO.glob("images/**/*.lock"), *REPO.glob("ci/images/**/*.lock")])
+    for lock in sorted([*REPO.glob("images/**/*.lock"), *REPO.glob("testbed/images/**/*.lock")])
 }
 # locks resolved within the .venv's set: the image runs what the tests run
 WITHIN_VENV = ("hooks-requirements.lock", "miles-standin")

@@ -1,4 +1,4 @@
-// Pinned CoreDNS for the local testbed's real node (ci/cluster/node.sh): cluster DNS for the pods on it.
+// Pinned CoreDNS for the local testbed's real node (testbed/node.sh): cluster DNS for the pods on it.
 // Built by `make tools` (part `cluster`) from main.go with only the plugins the node's Corefile uses. Bump the
 // version here and nowhere else.
 module github.com/miles-k8s/ci/tools/coredns

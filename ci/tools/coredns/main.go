@@ -1,4 +1,4 @@
-// CoreDNS with the plugins the testbed's Corefile uses and no others (ci/cluster/node.sh writes the Corefile):
+// CoreDNS with the plugins the testbed's Corefile uses and no others (testbed/node.sh writes the Corefile):
 // the stock build links every plugin, each cloud provider's SDK among them, and takes many minutes on two cores.
 // The order below is the plugin chain's, as in CoreDNS's own plugin.cfg.
 package main

@@ -35,8 +35,8 @@ os.environ.setdefault("CLUSTER_DIR", str(REPO / ".tools" / "cluster-bench"))
 os.environ.setdefault("FSX_DIR", "/tmp/miles-testbed-fsx-bench")
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
+import harness as tb  # noqa: E402
 import seed  # noqa: E402
-import testbed as tb  # noqa: E402
 
 RESULTS = REPO / "tests" / "bench" / "results"
 COLOCATED = [tb.OVERLAY, tb.VALUES / "values-colocated.yaml"]
@@ -77,7 +77,7 @@ def audit_requests(pod: str) -> dict[str, Any]:
 def install(name: str, values: list[Path], extra: list[str], mirror: Path) -> dict[str, Any]:
     ns = f"bench-{name}"
     rel = "miles"
-    tb.run([str(REPO / "ci" / "cluster" / "storage.sh"), ns, "fsx-claim"])
+    tb.run([str(REPO / "testbed" / "storage.sh"), ns, "fsx-claim"])
     tb.kubectl("-n", ns, "create", "secret", "generic", "hf-token", "--from-literal=token=hf_testbed")
     tb.publish_converted(tb.rendered_spec(values, rel, ns, extra))
     t0 = time.time()

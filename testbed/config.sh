@@ -1,6 +1,6 @@
-# Local testbed configuration, sourced by the ci/cluster scripts. Every value can be overridden from the
+# Local testbed configuration, sourced by the testbed scripts. Every value can be overridden from the
 # environment (e.g. `NODES=128 make cluster-up`). Loopback addresses only.
-root=${root:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+root=${root:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 tools="$root/.tools"
 bin="$tools/bin"
 CLUSTER_DIR=${CLUSTER_DIR:-$tools/cluster}
@@ -20,7 +20,7 @@ SCHEDULER_PORT=${SCHEDULER_PORT:-$((26259 + off))}
 KWOK_PORT=${KWOK_PORT:-$((26247 + off))}
 KUBERAY_METRICS_PORT=${KUBERAY_METRICS_PORT:-$((26280 + off))}
 KUBERAY_HEALTH_PORT=${KUBERAY_HEALTH_PORT:-$((26282 + off))}
-# Kueue (ci/cluster/kueue.sh, only while a test needs admission): its webhook server and health endpoint.
+# Kueue (testbed/kueue.sh, only while a test needs admission): its webhook server and health endpoint.
 KUEUE_WEBHOOK_PORT=${KUEUE_WEBHOOK_PORT:-$((26290 + off))}
 KUEUE_HEALTH_PORT=${KUEUE_HEALTH_PORT:-$((26291 + off))}
 # Each release's Ray head runs as a container on the real node, with token authentication; up.sh makes one token
@@ -34,7 +34,7 @@ TESTBED_RAY_AUTH_SECRET=testbed-ray-auth
 MAX_RAY_WORKERS=${MAX_RAY_WORKERS:-8}
 RAY_WORKER_CPUS=${RAY_WORKER_CPUS:-2}
 RAY_WORKER_PORT_BASE=${RAY_WORKER_PORT_BASE:-12000}
-# 1: run those workers, and the convert pod's miles-image container, with ci/cluster/fake-miles at /root/miles
+# 1: run those workers, and the convert pod's miles-image container, with testbed/fake-miles at /root/miles
 # (needs mount namespaces), so submitted jobs and conversions really run.
 FAKE_MILES=${FAKE_MILES:-1}
 # The workers' temp dirs (Ray's session dirs hold Unix sockets, path limit ~107 bytes: keep it short).
@@ -63,7 +63,7 @@ HOOKS_IMAGE_REGEX=${HOOKS_IMAGE_REGEX:-miles-hooks}
 KUBERNETES_VERSION_EXPECTED=v1.34.4
 
 # Shared storage stand-in (FSx for Lustre is simulated): one local dir, exposed as a hostPath PV + an RWX PVC
-# per namespace (ci/cluster/storage.sh), which the real node's pods mount.
+# per namespace (testbed/storage.sh), which the real node's pods mount.
 FSX_DIR=${FSX_DIR:-/tmp/miles-testbed-fsx}
 FSX_CLAIM=${FSX_CLAIM:-fsx-claim}
 # The chart's storage.mountPath (scenarios: /fsx): the pod runner binds $FSX_DIR there for the Ray worker nodes (as
@@ -72,7 +72,7 @@ STORAGE_MOUNT_PATH=${STORAGE_MOUNT_PATH:-/fsx}
 # the UID the chart's hook pods run as (hooks.podSecurityContext.runAsUser): storage.sh lets it write to $FSX_DIR
 HOOKS_UID=10001
 
-# The real node (ci/cluster/node.sh): kubelet, kube-proxy and containerd in network namespace $node_netns, joined
+# The real node (testbed/node.sh): kubelet, kube-proxy and containerd in network namespace $node_netns, joined
 # to the host by a veth pair on a private /30 derived from the port offset (so testbeds side by side differ);
 # its pods get addresses from $node_pod_cidr on a bridge inside that namespace.
 REAL_NODE_NAME=${REAL_NODE_NAME:-real-cpu-0}
@@ -85,7 +85,7 @@ node_ip="10.250.$node_slot.2"
 node_pod_cidr="10.251.$node_slot.0/24"
 # the kube-dns Service's address (the kubelet's clusterDNS), in the API server's service range 10.96.0.0/16
 CLUSTER_DNS_IP=10.96.0.10
-# One of the CPU pool (the labels nodes.py gives its CPU nodes), so the Ray head's placement rules hold there too.
+# One of the CPU pool (the labels miles_testbed.nodes gives its CPU nodes), so the Ray head's placement rules hold there too.
 REAL_NODE_LABELS=${REAL_NODE_LABELS:-node.kubernetes.io/instance-type=$CPU_INSTANCE_TYPE,beta.kubernetes.io/instance-type=$CPU_INSTANCE_TYPE,sagemaker.amazonaws.com/instance-group-name=$CPU_INSTANCE_GROUP,sagemaker.amazonaws.com/node-health-status=Schedulable,sagemaker.amazonaws.com/compute-type=hyperpod,testbed.miles.dev/pool=cpu,miles-testbed/real-node=true}
 # Only pods that tolerate this taint land on it (values-local-testbed.yaml puts the Ray head, the hook Jobs and the
 # helm-test pods there); the GPU pods stay on the kwok nodes.

@@ -2,8 +2,8 @@
 # A real node for the testbed: kubelet + kube-proxy (the pinned Kubernetes), containerd + runc + the CNI bridge
 # (Debian) and the cluster's DNS (CoreDNS, the pinned module), in a network namespace of its own, joined to a running testbed as node $REAL_NODE_NAME. Pods on it
 # run as real containers from the images `make tools` built (imported from .tools/images/manifest.json).
-#   ci/cluster/node.sh up     (after ci/cluster/up.sh)
-#   ci/cluster/node.sh down
+#   testbed/node.sh up     (after testbed/up.sh)
+#   testbed/node.sh down
 # Traffic stays on this machine: the node lives in netns $node_netns, joined to the host by a veth pair on a
 # private /30 ($node_host_ip <-> $node_ip); pods get addresses on a bridge inside that namespace. The API server
 # keeps listening on 127.0.0.1 only: socat forwards $node_host_ip:6443 (reachable from the namespace alone) to it.
@@ -24,7 +24,7 @@ node_up() {
   need_bins kubelet kube-proxy kubectl coredns
   [[ -f $manifest ]] || die "$manifest missing: run \`ci/install-tools.sh images\` (or make tools)"
   command -v socat >/dev/null || die "socat not found: \`apt-get install socat\` (make tools installs it)"
-  "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || die "the testbed is not up: run ci/cluster/up.sh first"
+  "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || die "the testbed is not up: run testbed/up.sh first"
   mkdir -p "$node_dir"/{containerd,cni,kubelet,pki} "$CLUSTER_DIR"/{run,logs}
 
   # --- network namespace, veth pair, routes --------------------------------------------------------------
@@ -247,5 +247,5 @@ node_down() {
 case ${1:-} in
   up) node_up ;;
   down) node_down ;;
-  *) echo "usage: ci/cluster/node.sh up|down" >&2; exit 2 ;;
+  *) echo "usage: testbed/node.sh up|down" >&2; exit 2 ;;
 esac

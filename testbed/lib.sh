@@ -36,7 +36,7 @@ listening_ports() {
 
 check_ports_free() {
   local busy; busy=$(listening_ports)
-  [[ -z $busy ]] || die "port(s) already in use: $busy — another testbed or program holds them; set the named variable(s) to free ports (see ci/cluster/config.sh)"
+  [[ -z $busy ]] || die "port(s) already in use: $busy — another testbed or program holds them; set the named variable(s) to free ports (see testbed/config.sh)"
 }
 
 proc_start_time() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
@@ -124,7 +124,7 @@ nodes_ready() {
   [[ $n -ge $1 ]]
 }
 
-# The Ray worker processes' mount points (pod_runner.py pod_like): /root/miles for ci/cluster/fake-miles and the
+# The Ray worker processes' mount points (miles_testbed.ray_workers.pod_like): /root/miles for testbed/fake-miles and the
 # shared storage's mount path for $FSX_DIR, bound inside their own mount namespaces. Each is created when
 # missing and removed when the last testbed using them goes (several testbeds may share them).
 MOUNTPOINT_USERS=/tmp/miles-testbed-mountpoints.d

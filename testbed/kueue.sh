@@ -2,8 +2,8 @@
 # The real Kueue controller (the pinned sigs.k8s.io/kueue module, built by `make tools`) on a running testbed,
 # for the tests of queued admission. Started on demand and stopped again, because its webhooks sit in front of
 # every RayCluster and RayJob the API server admits while it runs.
-#   ci/cluster/kueue.sh up     (after ci/cluster/up.sh)
-#   ci/cluster/kueue.sh down   (ci/cluster/down.sh calls it when Kueue was started)
+#   testbed/kueue.sh up     (after testbed/up.sh)
+#   testbed/kueue.sh down   (testbed/down.sh calls it when Kueue was started)
 # Integrations: ray.io/raycluster and ray.io/rayjob. Only objects labelled kueue.x-k8s.io/queue-name are managed
 # (Kueue's default), so the other releases on the testbed are untouched. The queues themselves (ResourceFlavor,
 # ClusterQueue, LocalQueue) are the test's to create.
@@ -22,7 +22,7 @@ webhook_names="kueue-testbed-mutating kueue-testbed-validating"
 kueue_up() {
   need_bins kueue kubectl
   [[ -s "$tools/kueue/webhooks.yaml" ]] || die "Kueue's manifests missing under .tools/kueue: run \`ci/install-tools.sh cluster\`"
-  "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || die "the testbed is not up: run ci/cluster/up.sh first"
+  "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || die "the testbed is not up: run testbed/up.sh first"
   pid_alive kueue && { log "Kueue already runs (log: $CLUSTER_DIR/logs/kueue.log)"; return; }
   mkdir -p "$kueue_dir"/{certs,etc-upper,etc-work} "$CLUSTER_DIR"/{run,logs}
   install -m 0600 "$pki/apiserver.crt" "$kueue_dir/certs/tls.crt"
@@ -108,5 +108,5 @@ kueue_down() {
 case ${1:-} in
   up) kueue_up ;;
   down) kueue_down ;;
-  *) echo "usage: ci/cluster/kueue.sh up|down" >&2; exit 2 ;;
+  *) echo "usage: testbed/kueue.sh up|down" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@
 # pods' UID) pre-bound to an RWX PersistentVolumeClaim named CLAIM (default fsx-claim, what the chart's
 # `storage.existingClaim` expects),
 # and the Secret testbed-ray-auth with the testbed's Ray token (what values-local-testbed.yaml names).
-# Idempotent. Usage: ci/cluster/storage.sh [NAMESPACE] [CLAIM]      (delete: storage.sh --delete NAMESPACE [CLAIM])
+# Idempotent. Usage: testbed/storage.sh [NAMESPACE] [CLAIM]      (delete: storage.sh --delete NAMESPACE [CLAIM])
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/config.sh"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: the local testbed end to end. Builds the tools if needed, brings the cluster up, installs the
 # colocated scenario with the real hooks, prints progress and the final state, and how to look around.
-# Usage: ci/cluster/demo.sh [RELEASE] [NAMESPACE]      (defaults: miles, miles-demo)
+# Usage: testbed/demo.sh [RELEASE] [NAMESPACE]      (defaults: miles, miles-demo)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/config.sh"
@@ -38,7 +38,7 @@ while kill -0 "$helm_pid" 2>/dev/null; do
   sleep 2
 done
 if ! wait "$helm_pid"; then
-  log "helm install failed; hook logs: ci/cluster/pod-logs.sh <pod> $ns, runner: $CLUSTER_DIR/logs/pod-runner.log"
+  log "helm install failed; hook logs: testbed/pod-logs.sh <pod> $ns, runner: $CLUSTER_DIR/logs/pod-runner.log"
   exit 1
 fi
 log "installed in $((SECONDS - t0)) s"
@@ -80,7 +80,7 @@ Look around:
   export KUBECONFIG=$KUBECONFIG_TESTBED PATH=$bin:\$PATH
   kubectl -n $ns get pods,jobs,raycluster,svc,cm
   kubectl get nodes -L node.kubernetes.io/instance-type,sagemaker.amazonaws.com/node-health-status
-  ci/cluster/pod-logs.sh <hook-pod> $ns           # logs of the hook pods (also after they are deleted)
+  testbed/pod-logs.sh <hook-pod> $ns           # logs of the hook pods (also after they are deleted)
   # the submitted job (the release's Ray head, token authentication; this machine routes to its pod address):
   RAY_ADDRESS=http://$head_ip:8265 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_FILE ray job list
   open http://$head_ip:8265                 # Ray dashboard (it asks for the token in the file above)

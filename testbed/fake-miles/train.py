@@ -5,7 +5,7 @@ The arguments go through the real ``miles.utils.arguments.parse_args`` (PyPI mil
 venv that `make tools` builds, driven by ci/miles-contract/parse_argv.py), with this job's environment,
 the run's real paths on the shared storage and the HF config.json prepare-data fetched. The environment of
 the Ray worker nodes (where the job's driver runs) names the interpreter and the driver
-(``MILES_CONTRACT_PYTHON``, ``MILES_CONTRACT_DRIVER``; ci/cluster/up.sh sets them).
+(``MILES_CONTRACT_PYTHON``, ``MILES_CONTRACT_DRIVER``; testbed/up.sh sets them).
 """
 
 import json
@@ -24,7 +24,7 @@ def parse_with_upstream(argv: list[str]) -> dict:
     if not (os.path.exists(python) and os.path.exists(driver)):
         raise SystemExit(
             f"testbed train.py: MILES_CONTRACT_PYTHON={python!r} / MILES_CONTRACT_DRIVER={driver!r} do not "
-            "name the contract venv's python and parse_argv.py (ci/cluster/up.sh sets them; run `make tools`)"
+            "name the contract venv's python and parse_argv.py (testbed/up.sh sets them; run `make tools`)"
         )
     # The job's PYTHONPATH starts with /root/miles, which here is this stand-in: keep it away from the
     # interpreter that imports the real miles package.

@@ -4,11 +4,10 @@ The real node's kubelet runs the chart's hook Jobs and helm-test pods as contain
 one that succeeded (``hook-succeeded``) within a second of its end, its logs with it. This journal watches
 them through the API server (the pod runner's watch hands it every pod event): it follows each container's
 log while the container runs (into ``<work-dir>/node-logs/``), and when the kubelet reports the container
-terminated it adds an entry to the pod runner's journal (``<work-dir>/journal.jsonl``), with the fields of the
-runner's own entries for the pods it runs:
-namespace, pod, uid, container, image, argv (the container's command and args), start (when this journal
-first saw the pod, by this machine's clock: the kubelet's own times have whole seconds only), end (when it
-saw the container terminated), exitCode, labels, log. It observes and never changes a pod.
+terminated it writes an entry (the runner appends it to ``<work-dir>/journal.jsonl``): namespace, pod, uid,
+container, image, argv (the container's command and args), start (when this journal first saw the pod, by
+this machine's clock: the kubelet's own times have whole seconds only), end (when it saw the container
+terminated), exitCode, reason, labels, log, node. It observes and never changes a pod.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 LOG = logging.getLogger("node-journal")
 # how long an entry waits for its container's log stream to end once the container terminated
@@ -43,14 +42,14 @@ class HookPodJournal:
     core: client.CoreV1Api
     log_dir: Path
     image_regex: re.Pattern[str]
-    # the pod runner's: whether a node is simulated (the runner journals the pods it runs there itself)
+    # whether a node is simulated (kwok's): no container runs there, so there is nothing to journal
     is_simulated_node: Callable[[str], bool]
     write: Callable[[dict[str, Any]], None]
     first_seen: dict[str, float] = field(default_factory=dict)
     followed: dict[tuple[str, str, int], Followed] = field(default_factory=dict)
     journaled: set[tuple[str, str, int]] = field(default_factory=set)
 
-    def watches(self, pod: client.V1Pod) -> bool:
+    def watches(self, pod: Any) -> bool:
         """A pod with a hooks-image container, bound to a node the kubelet runs (not a simulated one)."""
         spec = pod.spec
         if not spec or not spec.node_name:
@@ -58,7 +57,7 @@ class HookPodJournal:
         images = [c.image or "" for c in [*(spec.init_containers or []), *spec.containers]]
         return any(self.image_regex.search(i) for i in images) and not self.is_simulated_node(spec.node_name)
 
-    def on_event(self, kind: str, pod: client.V1Pod) -> None:
+    def on_event(self, kind: str, pod: Any) -> None:
         if kind == "DELETED" or not self.watches(pod):
             return
         uid = pod.metadata.uid
@@ -73,7 +72,7 @@ class HookPodJournal:
                 self.journaled.add(key)
                 self.record(pod, containers[st.name], st.state.terminated, key)
 
-    def follow(self, pod: client.V1Pod, container: str, key: tuple[str, str, int]) -> None:
+    def follow(self, pod: Any, container: str, key: tuple[str, str, int]) -> None:
         meta = pod.metadata
         path = self.log_dir / f"{meta.namespace}_{meta.name}_{meta.uid}" / f"{container}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +85,7 @@ class HookPodJournal:
     def copy_log(self, namespace: str, name: str, container: str, path: Path) -> None:
         """The container's log from its start until it ends (the kubelet closes the stream then)."""
         try:
-            stream = self.core.read_namespaced_pod_log(
+            stream: Any = self.core.read_namespaced_pod_log(
                 name, namespace, container=container, follow=True, _preload_content=False
             )
             with open(path, "wb") as out:
@@ -96,9 +95,7 @@ class HookPodJournal:
         except (ApiException, OSError) as exc:
             LOG.warning("log of %s/%s[%s] not followed to its end: %s", namespace, name, container, exc)
 
-    def record(
-        self, pod: client.V1Pod, c: client.V1Container, terminated: Any, key: tuple[str, str, int]
-    ) -> None:
+    def record(self, pod: Any, c: Any, terminated: Any, key: tuple[str, str, int]) -> None:
         ended = time.time()
         followed = self.followed[key]
         threading.Thread(
@@ -107,9 +104,7 @@ class HookPodJournal:
             daemon=True,
         ).start()
 
-    def entry(
-        self, pod: client.V1Pod, c: client.V1Container, terminated: Any, log: Path, ended: float
-    ) -> dict[str, Any]:
+    def entry(self, pod: Any, c: Any, terminated: Any, log: Path, ended: float) -> dict[str, Any]:
         meta = pod.metadata
         return {
             "namespace": meta.namespace,

@@ -3,8 +3,8 @@
 #   python-base    stand-in for python:3.12-slim: mmdebstrap'd Debian bookworm + this machine's CPython 3.12
 #   miles-hooks    images/hooks.Dockerfile, unchanged, on that base (--build-arg PYTHON_IMAGE)
 #   miles-reward   images/reward-service/Dockerfile, unchanged, on that base
-#   miles-standin  the testbed's CPU stand-in for the miles image (ci/images/miles-standin): Ray from its hashed
-#                  lock and ci/cluster/fake-miles at /root/miles, on that base; the Ray head on the real node
+#   miles-standin  the testbed's CPU stand-in for the miles image (testbed/images/miles-standin): Ray from its hashed
+#                  lock and testbed/fake-miles at /root/miles, on that base; the Ray head on the real node
 #   pause          the pod sandbox image of the real node's containerd, compiled from the pinned Kubernetes
 #                  module's build/pause and tagged as the kubelet's default (registry.k8s.io/pause:TAG)
 # buildah's storage and the exported OCI archives live in one cache shared by every clone on the machine
@@ -12,15 +12,15 @@
 # unchanged: a second build takes seconds. It writes .tools/images/manifest.json: for each image its
 # reference, image id and OCI archive (what the tests and the testbed's containerd import).
 #
-#   ci/images/build.sh            build what changed, export what is new, write the manifest
-#   ci/images/build.sh --buildah  print the buildah command line (storage options included) and exit
-#   ci/images/build.sh --python312  print the CPython 3.12 the base carries (the testbed's Ray workers run it too)
+#   testbed/images/build.sh            build what changed, export what is new, write the manifest
+#   testbed/images/build.sh --buildah  print the buildah command line (storage options included) and exit
+#   testbed/images/build.sh --python312  print the CPython 3.12 the base carries (the testbed's Ray workers run it too)
 set -euo pipefail
 shopt -s inherit_errexit
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${MILES_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/miles-k8s/images}
-here="$root/ci/images"
+here="$root/testbed/images"
 manifest_dir="$root/.tools/images"
 buildah=(buildah --root "$cache/storage" --runroot "$cache/run" --storage-driver overlay)
 
@@ -52,7 +52,7 @@ find_python312() {
       echo "$candidate"; return
     fi
   done
-  echo "ci/images/build.sh: needs CPython 3.12 (the Python of the product's images): none runs as python3.12 on PATH or under pyenv's versions/3.12*" >&2
+  echo "testbed/images/build.sh: needs CPython 3.12 (the Python of the product's images): none runs as python3.12 on PATH or under pyenv's versions/3.12*" >&2
   exit 2
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Logs of a hook pod, even after `kubectl logs` cannot reach it (pod deleted by a hook delete policy): reads the
-# copies the pod runner's journal follows of the real node's hook containers (node_journal.py).
+# copies the pod runner's journal follows of the real node's hook containers (miles_testbed.journal).
 # Usage: pod-logs.sh POD [NAMESPACE]
 #   kubectl logs POD -n NS            also works while the pod exists (the real node's kubelet)
 set -euo pipefail

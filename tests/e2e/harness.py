@@ -1,4 +1,4 @@
-"""Helpers for the end-to-end tests and benchmarks on the local testbed (ci/cluster)."""
+"""The e2e harness: helpers for the end-to-end tests and benchmarks on the local testbed (testbed/)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci" / "cluster"))
 import helm_race
-import pod_runner  # the testbed's pod runner: the Ray node labels of its workers
+import yaml
+from miles_testbed import ray_workers  # the Ray node labels of the testbed's local Ray workers
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO / ".tools" / "bin"
@@ -30,7 +28,7 @@ VALUES = REPO / "values"
 OVERLAY = VALUES / "values-local-testbed.yaml"
 FSX_DIR = Path(os.environ.get("FSX_DIR") or "/tmp/miles-testbed-fsx")
 STORAGE_MOUNT = os.environ.get("STORAGE_MOUNT_PATH") or "/fsx"  # the scenarios' storage.mountPath
-REAL_NODE = os.environ.get("REAL_NODE_NAME", "real-cpu-0")  # ci/cluster/node.sh: where the Ray heads run
+REAL_NODE = os.environ.get("REAL_NODE_NAME", "real-cpu-0")  # testbed/node.sh: where the Ray heads run
 # the token up.sh made, which storage.sh puts in every namespace as the Secret the overlay names
 RAY_TOKEN_FILE = CLUSTER_DIR / "ray-auth-token"
 JOURNAL = CLUSTER_DIR / "runner" / "journal.jsonl"
@@ -230,7 +228,7 @@ def uninstall_cleanly(version: str, release: str, namespace: str, leftovers: Any
 
 
 def dead_processes() -> list[str]:
-    """The testbed processes (ci/cluster's pid files: control plane, kwok, runner, the real node's kubelet,
+    """The testbed processes (testbed's pid files: control plane, kwok, runner, the real node's kubelet,
     containerd, kube-proxy) that no longer run, each with the tail of its log."""
     dead = []
     for pid_file in sorted((CLUSTER_DIR / "run").glob("*.pid")):
@@ -254,13 +252,13 @@ def is_up() -> bool:
 
 def up(nodes: int | None = None) -> float:
     env = {"NODES": str(nodes)} if nodes is not None else {}
-    res = run([str(REPO / "ci" / "cluster" / "up.sh")], env=env, timeout=300)
+    res = run([str(REPO / "testbed" / "up.sh")], env=env, timeout=300)
     sys.stderr.write(res.out[-2000:])
     return float((CLUSTER_DIR / "last-up-seconds").read_text().strip())
 
 
 def down() -> None:
-    run([str(REPO / "ci" / "cluster" / "down.sh")], timeout=120)
+    run([str(REPO / "testbed" / "down.sh")], timeout=120)
 
 
 def journal(namespace: str | None = None, since: float = 0.0) -> list[dict[str, Any]]:
@@ -275,7 +273,7 @@ def journal(namespace: str | None = None, since: float = 0.0) -> list[dict[str, 
 
 
 def audit_events(namespace: str, service_account: str) -> list[dict[str, Any]]:
-    """The API server's audit events (ci/cluster/audit-policy.yaml) of requests made with this
+    """The API server's audit events (testbed/manifests/audit-policy.yaml) of requests made with this
     ServiceAccount's tokens: each names the pod its bound token belongs to."""
     user = f"system:serviceaccount:{namespace}:{service_account}"
     path = CLUSTER_DIR / "logs" / "audit.log"
@@ -350,8 +348,8 @@ def alive_ray_workers(namespace: str) -> list[str]:
         for arg in argv:
             if arg.startswith(b"--labels="):
                 labels = json.loads(arg.removeprefix(b"--labels="))
-                if labels.get(pod_runner.NODE_LABEL_NAMESPACE) == namespace:
-                    found.append(f"{namespace}/{labels.get(pod_runner.NODE_LABEL_POD)}")
+                if labels.get(ray_workers.NODE_LABEL_NAMESPACE) == namespace:
+                    found.append(f"{namespace}/{labels.get(ray_workers.NODE_LABEL_POD)}")
     return sorted(set(found))
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Brings the local testbed up: etcd, kube-apiserver, kube-controller-manager, kube-scheduler (real, pinned
 # Kubernetes), kwok (simulated nodes/pods), the real KubeRay operator with its CRDs, the pod runner and the
-# real node (ci/cluster/node.sh: kubelet, containerd, kube-proxy, CoreDNS), where the Ray heads, hook Jobs, helm-test
+# real node (testbed/node.sh: kubelet, containerd, kube-proxy, CoreDNS), where the Ray heads, hook Jobs, helm-test
 # pods and the reward service run. The control plane
 # listens on 127.0.0.1, the real node and its pods in network namespaces of their own; state lives under
 # .tools/cluster/.
 # Tools must be built first: `ci/install-tools.sh cluster` (or `make tools`).
-# Usage: ci/cluster/up.sh            (NODES=128 CPU_NODES=2 ... see ci/cluster/config.sh)
+# Usage: testbed/up.sh            (NODES=128 CPU_NODES=2 ... see testbed/config.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/config.sh"
@@ -43,7 +43,7 @@ pki="$CLUSTER_DIR/pki"
 # Each release's Ray head runs on the real node (node.sh) from the miles stand-in image; the pod runner joins one
 # local Ray worker node to it per simulated worker pod. The submitted job runs `cd /root/miles; python3 train.py
 # ...` on such a worker: each runs in a mount namespace with $FSX_DIR at the storage mount path and
-# ci/cluster/fake-miles at /root/miles (empty mount points are created on the host if missing, and removed by
+# testbed/fake-miles at /root/miles (empty mount points are created on the host if missing, and removed by
 # cluster-down), as do the convert pod's containers, so jobs and conversions really run.
 export RAY_USAGE_STATS_ENABLED=0
 # The testbed's Ray token is its own: a caller's (e.g. pytest after tests/ray set its cluster's token in the
@@ -83,7 +83,7 @@ start_proc kube-apiserver "$bin/kube-apiserver" \
   --enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultTolerationSeconds,ResourceQuota,LimitRanger \
   --kubelet-preferred-address-types=InternalIP --kubelet-certificate-authority="$pki/ca.crt" \
   --kubelet-client-certificate="$pki/admin.crt" --kubelet-client-key="$pki/admin.key" \
-  --audit-policy-file="$here/audit-policy.yaml" --audit-log-path="$CLUSTER_DIR/logs/audit.log" \
+  --audit-policy-file="$here/manifests/audit-policy.yaml" --audit-log-path="$CLUSTER_DIR/logs/audit.log" \
   --audit-log-maxsize=200 --audit-log-maxbackup=1 \
   --profiling=false --event-ttl=1h --v=1
 wait_for "kube-apiserver /readyz" 60 "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz
@@ -91,10 +91,10 @@ wait_for "kube-apiserver /readyz" 60 "$bin/kubectl" --kubeconfig "$kc" get --raw
 # --- the rest of the control plane, kwok, KubeRay and the pod runner, in parallel --------------------------
 # (--validate=false: client-side validation would first download the whole OpenAPI document.)
 "$bin/kubectl" --kubeconfig "$kc" create --validate=false -f "$tools/kwok/crds/" -f "$tools/kuberay/crds/" >/dev/null
-start_proc pod-runner "$root/.venv/bin/python" "$here/pod_runner.py" --kubeconfig "$kc" \
+start_proc pod-runner "$root/.venv/bin/python" -m miles_testbed.pod_runner --kubeconfig "$kc" \
   --work-dir "$CLUSTER_DIR/runner" --hooks-image-regex "$HOOKS_IMAGE_REGEX" \
   --ray-temp-dir "$RAY_TMP" --node-netns "$node_netns" --node-ip "$node_ip" --max-ray-workers "$MAX_RAY_WORKERS" --ray-worker-cpus "$RAY_WORKER_CPUS" \
-  --ray-worker-port-base "$RAY_WORKER_PORT_BASE" --fake-miles "$fake_miles" \
+  --ray-worker-port-base "$RAY_WORKER_PORT_BASE" --ray-worker-venv-bin "$tools/ray-worker-venv/bin" --fake-miles "$fake_miles" \
   --storage-map "$STORAGE_MOUNT_PATH=$FSX_DIR"
 start_proc kube-controller-manager "$bin/kube-controller-manager" \
   --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
@@ -106,14 +106,14 @@ start_proc kube-scheduler "$bin/kube-scheduler" \
   --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
   --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false --profiling=false --v=1
 # kwok's kubelet server (127.0.0.1:$KWOK_PORT) is the simulated nodes' kubelet endpoint.
-sed "s|@HOOKS_IMAGE_REGEX@|$HOOKS_IMAGE_REGEX|g" "$here/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
+sed "s|@HOOKS_IMAGE_REGEX@|$HOOKS_IMAGE_REGEX|g" "$here/manifests/kwok-stages.yaml" >"$CLUSTER_DIR/kwok-stages.yaml"
 start_proc kwok "$bin/kwok" --kubeconfig="$kc" --config="$CLUSTER_DIR/kwok-stages.yaml" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
   --server-address="127.0.0.1:$KWOK_PORT" --node-ip=127.0.0.1 --node-port="$KWOK_PORT" \
   --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
   --node-lease-duration-seconds=40 --cidr=10.244.0.1/16
 
-python3 "$here/nodes.py" | "$bin/kubectl" --kubeconfig "$kc" create --validate=false -f - >/dev/null
+"$root/.venv/bin/python" -m miles_testbed.nodes | "$bin/kubectl" --kubeconfig "$kc" create --validate=false -f - >/dev/null
 log "created CRDs and $((NODES + CPU_NODES)) nodes"
 "$bin/kubectl" --kubeconfig "$kc" wait --for=condition=Established --timeout=30s crd/rayclusters.ray.io >/dev/null
 start_proc kuberay-operator env KUBECONFIG="$kc" "$bin/kuberay-operator" \
@@ -141,6 +141,6 @@ cat <<MSG
   a release's Ray head: kubectl get pods -l ray.io/node-type=head -o wide   (on node $REAL_NODE_NAME; this
     machine routes to its address: RAY_ADDRESS=http://<pod IP>:8265 for the ray CLI, token authentication:
     RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_FILE)
-  logs: $CLUSTER_DIR/logs/<component>.log   hook pod logs: ci/cluster/pod-logs.sh <pod> [-n ns]
+  logs: $CLUSTER_DIR/logs/<component>.log   hook pod logs: testbed/pod-logs.sh <pod> [-n ns]
   tear down: make cluster-down
 MSG

@@ -1,0 +1,152 @@
+"""The local Ray workers that stand in for simulated worker pods: what they keep of KubeRay's generated
+start command, how the head's address is read from it, and the namespaces a worker runs in (the e2e tier
+joins them to real heads through the real API server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from miles_testbed import ray_workers
+from miles_testbed.ray_workers import WorkerSettings
+
+GENERATED = (
+    "ray start  --address=$FQ_RAY_IP:6379  --num-cpus=16  --num-gpus=8 --metrics-export-port=8080 "
+    """--resources='{"rollout": 1}'  --block"""
+)
+
+
+def worker_pod(start_cmd: str, node_type: str = "worker") -> client.V1Pod:
+    env = [client.V1EnvVar(name="KUBERAY_GEN_RAY_START_CMD", value=start_cmd)]
+    container = client.V1Container(name="ray-worker", image="localhost/miles-standin:testbed", env=env)
+    meta = client.V1ObjectMeta(
+        name="miles-gpu-abc",
+        namespace="team-a",
+        labels={"ray.io/is-ray-node": "yes", "ray.io/node-type": node_type},
+    )
+    return client.V1Pod(metadata=meta, spec=client.V1PodSpec(containers=[container]))
+
+
+def test_only_kuberay_worker_pods_get_a_ray_worker() -> None:
+    assert ray_workers.is_worker(worker_pod(GENERATED))
+    assert not ray_workers.is_worker(worker_pod(GENERATED, node_type="head"))
+    assert not ray_workers.is_worker(client.V1Pod(metadata=client.V1ObjectMeta(labels={"a": "b"})))
+
+
+def test_a_ray_worker_keeps_the_pods_resources_and_no_more_cpus_than_allowed() -> None:
+    generated = ray_workers.generated_start(worker_pod(GENERATED))
+    assert generated == GENERATED
+    # the pod's GPUs and custom resources as KubeRay wrote them; its CPUs capped; its ports the runner's own
+    assert ray_workers.start_params(generated, 2) == [
+        "--num-cpus=2",
+        "--num-gpus=8",
+        '--resources={"rollout": 1}',
+    ]
+    assert ray_workers.start_params(generated, 64) == [
+        "--num-cpus=16",
+        "--num-gpus=8",
+        '--resources={"rollout": 1}',
+    ]
+    assert ray_workers.start_params("ray start --num-cpus=0.5", 4) == ["--num-cpus=1"]  # at least one CPU
+    assert ray_workers.start_params("ray start --address=x:6379", 2) == ["--num-cpus=2"]
+
+
+def test_the_head_address_is_the_generated_one_with_the_containers_shell_variables() -> None:
+    env = {"FQ_RAY_IP": "miles-head-svc.team-a.svc.cluster.local"}
+    address = ray_workers.start_address(GENERATED, env)
+    assert address == "miles-head-svc.team-a.svc.cluster.local:6379"
+    assert ray_workers.start_address("ray start --address=${FQ_RAY_IP}:6379", env) == address
+    assert ray_workers.start_address("ray start --address=$UNSET:6379", env) == "$UNSET:6379"
+    assert ray_workers.start_address("ray start --block", env) is None
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("miles-head-svc.team-a.svc.cluster.local:6379", ("team-a", "miles-head-svc", 6379)),
+        ("miles-head-svc.team-b.svc:6379", ("team-b", "miles-head-svc", 6379)),
+        ("miles-head-svc.team-b:6380", ("team-b", "miles-head-svc", 6380)),
+        ("miles-head-svc:6379", ("default-ns", "miles-head-svc", 6379)),  # the pod's own namespace
+        ("10.0.0.5:6379", None),  # no head Service: nothing to resolve
+        ("miles-head-svc", None),  # no port
+    ],
+)
+def test_the_head_service_of_an_address(address: str, expected: tuple[str, str, int] | None) -> None:
+    assert ray_workers.head_service(address, "default-ns") == expected
+
+
+def test_each_worker_gets_its_own_ports_temp_dir_and_the_pods_labels(tmp_path: Path) -> None:
+    settings = WorkerSettings(
+        node_netns="node",
+        node_ip="10.250.10.2",
+        temp_dir="/tmp/ray-workers",
+        binds=[],
+        work_dir=tmp_path,
+        venv_bin=tmp_path / "bin",
+        cpus=2,
+        limit=4,
+        port_base=12000,
+    )
+    argv = ray_workers.ray_start_argv(settings, worker_pod(GENERATED), "10.250.10.7:6379", slot=1)
+    assert argv[:4] == [str(tmp_path / "bin" / "ray"), "start", "--block", "--disable-usage-stats"]
+    options = dict(a.split("=", 1) for a in argv[4:])
+    assert options["--address"] == "10.250.10.7:6379"
+    assert options["--node-ip-address"] == "10.250.10.2"
+    assert options["--temp-dir"] == "/tmp/ray-workers/worker-1"
+    # slot 1's range: 12100..12199, clear of slot 0's and slot 2's
+    ports = [int(options[k]) for k in options if k.endswith("-port")]
+    assert min(ports) >= 12100 and max(ports) <= 12199, options
+    assert json.loads(options["--labels"]) == {
+        ray_workers.NODE_LABEL_NAMESPACE: "team-a",
+        ray_workers.NODE_LABEL_POD: "miles-gpu-abc",
+    }
+    assert options["--num-gpus"] == "8" and options["--num-cpus"] == "2"
+
+
+def can_make_namespaces() -> bool:
+    return (
+        os.geteuid() == 0
+        and shutil.which("ip") is not None
+        and subprocess.run(["unshare", "--pid", "--fork", "--mount", "true"], check=False).returncode == 0
+    )
+
+
+@pytest.mark.skipif(not can_make_namespaces(), reason="needs root and network, PID and mount namespaces")
+def test_a_ray_worker_node_runs_as_a_container_would(tmp_path: Path) -> None:
+    """pod_like: the node's network namespace, a PID namespace of its own (the host's processes are not
+    listed) and the pod's volumes bound at their mount paths, only there."""
+    netns = f"miles-unit-{uuid.uuid4().hex[:8]}"
+    volume, mount_point = tmp_path / "fsx-local", tmp_path / "fsx"
+    volume.mkdir()
+    mount_point.mkdir()
+    (volume / "spec.json").write_text("{}")
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        script = 'cat "$1"/spec.json; echo; echo "$$"; ls /proc | grep -c "^[0-9]"; ip -o link show | wc -l'
+        argv = [*ray_workers.pod_like(netns, [(str(volume), str(mount_point))]), "sh", "-c", script, "sh"]
+        out = subprocess.run(
+            [*argv, str(mount_point)], capture_output=True, text=True, check=True, timeout=30
+        ).stdout.split("\n")
+        assert out[0] == "{}"  # the volume, at its mount path
+        # a PID namespace of its own (pod_like's shell is PID 1 there) with its own /proc: a handful of
+        # processes (the shells, ls, grep), not the host's hundreds
+        assert int(out[1]) < 10 and int(out[2]) < 10, out
+        assert int(out[3]) == 1, out  # the node's namespace: here a fresh one, with lo alone
+        assert not (mount_point / "spec.json").exists()  # bound inside that mount namespace only
+        failed = subprocess.run(
+            [*ray_workers.pod_like(netns, [(str(tmp_path / "absent"), str(mount_point))]), "true"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        assert failed.returncode == 1, failed  # a volume that cannot be bound: the container does not start
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False)
