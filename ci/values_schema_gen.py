@@ -342,6 +342,7 @@ OVERRIDES = {
     },
     "scheduling.kueuePriorityClass": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
     "networkPolicy.extraFrom": {"$ref": "#/definitions/networkPolicyPeers"},
+    "networkPolicy.metricsFrom": {"$ref": "#/definitions/networkPolicyPeers"},
     "serviceAccount.name": {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",

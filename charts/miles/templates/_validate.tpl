@@ -442,18 +442,21 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- $e = append $e (printf "hooks.rbac.create: expected true, or serviceAccount.create false with serviceAccount.name an existing account, found false with serviceAccount.create true: the pre-install hook pods would run as %q, which Helm creates only after those hooks" (include "miles.serviceAccountName" .)) -}}
 {{- end -}}
 {{- end -}}
-{{- /* an extra ingress peer that admits everyone undoes the policy silently: the API accepts it, and every Ray port (job submission included) and the reward service would answer any pod or address */ -}}
+{{- /* an extra ingress peer that admits everyone undoes the policy silently: the API accepts it, and every Ray port (job submission included), the metrics ports or the reward service would answer any pod or address */ -}}
 {{- if $v.networkPolicy.enabled -}}
-{{- range $i, $peer := $v.networkPolicy.extraFrom | default list -}}
+{{- range $key := list "extraFrom" "metricsFrom" -}}
+{{- $reach := ternary "the Ray pods and the reward service" "the Ray pods' metrics port and the reward service" (eq $key "extraFrom") -}}
+{{- range $i, $peer := index $v.networkPolicy $key | default list -}}
 {{- $nsSel := $peer.namespaceSelector | default dict -}}
 {{- $podSel := $peer.podSelector | default dict -}}
 {{- $everyNamespace := and (hasKey $peer "namespaceSelector") (empty $nsSel.matchLabels) (empty $nsSel.matchExpressions) -}}
 {{- $everyPod := and (empty $podSel.matchLabels) (empty $podSel.matchExpressions) -}}
 {{- $cidr := toString (($peer.ipBlock | default dict).cidr | default "") -}}
 {{- if and $everyNamespace $everyPod -}}
-{{- $e = append $e (printf "networkPolicy.extraFrom[%d]: expected a peer that names who may reach the Ray pods and the reward service (a namespaceSelector or podSelector with matchLabels or matchExpressions), found %s, which admits every pod of every namespace; to go without the policy set networkPolicy.enabled=false" $i (toJson $peer)) -}}
+{{- $e = append $e (printf "networkPolicy.%s[%d]: expected a peer that names who may reach %s (a namespaceSelector or podSelector with matchLabels or matchExpressions), found %s, which admits every pod of every namespace; to go without the policy set networkPolicy.enabled=false" $key $i $reach (toJson $peer)) -}}
 {{- else if regexMatch "/0+$" $cidr -}}
-{{- $e = append $e (printf "networkPolicy.extraFrom[%d].ipBlock.cidr: expected a range narrower than every address (a prefix length above 0), found %q, which admits any address to the Ray pods and the reward service; to go without the policy set networkPolicy.enabled=false" $i $cidr) -}}
+{{- $e = append $e (printf "networkPolicy.%s[%d].ipBlock.cidr: expected a range narrower than every address (a prefix length above 0), found %q, which admits any address to %s; to go without the policy set networkPolicy.enabled=false" $key $i $cidr $reach) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
