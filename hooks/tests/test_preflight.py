@@ -222,3 +222,44 @@ def test_prometheus_findings() -> None:
 )
 def test_parse_count(value: str | None, count: int) -> None:
     assert parse_count(value) == count
+
+
+def convert_spec(**convert: Any) -> dict[str, Any]:
+    raw = base_spec()
+    raw["convert"].update(convert)
+    return raw
+
+
+def test_evaluate_convert_finds_a_gpu_node_with_the_pods_cpu_and_memory() -> None:
+    big = node("g1", labels={"node.kubernetes.io/instance-type": "p5en.48xlarge"})
+    big["status"]["allocatable"]["memory"] = "2048Gi"
+    raw = convert_spec(requests={"cpu": "16", "memory": "256Gi"})
+    (found,) = pf.evaluate_convert([big, cpu_node("c1")], raw)
+    assert (found.level, found.subject) == (pf.INFO, "hooks.convert")
+    assert found.message == "convert pod can run on g1"
+
+
+def test_evaluate_convert_names_what_each_node_lacks_and_the_values_to_change() -> None:
+    small = node("g1")
+    small["status"]["allocatable"]["memory"] = "128Gi"
+    tainted = node("g2", taints=[{"key": "dedicated", "value": "train", "effect": "NoSchedule"}])
+    tainted["status"]["allocatable"]["memory"] = "2048Gi"
+    raw = convert_spec(nprocPerNode=8, requests={"cpu": "191500m", "memory": "1000Gi"})
+    (err,) = errors(pf.evaluate_convert([small, tainted, cpu_node("c1")], raw))
+    assert err.subject == "hooks.convert"
+    assert err.message.startswith(
+        "no node can take the convert pod: it asks 8 nvidia.com/gpu, 191500m cpu, 1000Gi memory "
+        "(hooks.convert.nprocPerNode, hooks.convert.resources.requests) on a schedulable node matching "
+        'nodeSelector {"node.kubernetes.io/instance-type": "p5en.48xlarge"}; found 2 matching of 3 nodes: '
+    )
+    # CPUs compared exactly: 191 allocatable is less than 191.5
+    assert (
+        "g1: allocatable cpu is 191, the convert pod asks 191500m; allocatable memory is 128Gi" in err.message
+    )
+    assert "g2: taint dedicated=train:NoSchedule not tolerated" in err.message
+    assert "point hooks.convert.nodeSelector/tolerations" in err.message
+
+
+def test_evaluate_convert_is_silent_when_the_convert_pod_does_not_run_in_this_phase() -> None:
+    assert pf.evaluate_convert([], convert_spec(runsThisPhase=False)) == []
+    assert errors(pf.evaluate_convert([], convert_spec(runsThisPhase=True)))

@@ -55,6 +55,21 @@ def test_efa_below_node_allocatable(namespace: str, inputs_ready: Callable[..., 
     assert "efa" in out.lower() and "15" in out, out[-3000:]
 
 
+def test_no_node_for_the_convert_pod(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    """The convert pod sized beyond every node: without preflight its Job would stay Pending for hours."""
+    extra = [
+        "--set",
+        "hooks.convert.resources.requests.memory=4Ti",
+        "--set",
+        "hooks.convert.resources.limits.memory=4Ti",
+    ]
+    inputs_ready(COLOCATED, "miles", namespace, extra)
+    out = install_fails(namespace, extra)
+    assert "hooks.convert: no node can take the convert pod: it asks 1 nvidia.com/gpu" in out, out[-3000:]
+    assert "the convert pod asks 4Ti" in out and "hooks.convert.resources.requests" in out, out[-3000:]
+    assert tb.kget("pods", namespace, selector="app.kubernetes.io/component=hook-convert")["items"] == []
+
+
 AFFINITY = "gpuPods.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
 # What only the live API server can judge, one case per kind of rule. Each case is its own install: the
 # API server stops at the first admission plugin that refuses an object. (What the values alone show is

@@ -108,6 +108,12 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- $full := include "miles.fullname" . -}}
 {{- $t := include "miles.topology" . | fromJson -}}
 {{- $pools := include "miles.pools" . | fromJson -}}
+{{- $convertRequests := dict -}}
+{{- range $name, $quantity := (($v.hooks.convert.resources | default dict).requests | default dict) -}}
+{{- $_ := set $convertRequests $name (toString $quantity) -}}
+{{- end -}}
+{{- /* whether the GPU convert pod runs in this phase (preflight checks its pool then): on install, and on an upgrade only when its hook annotation names pre-upgrade */ -}}
+{{- $convertRuns := and $v.hooks.convert.enabled (or .Release.IsInstall (contains "pre-upgrade" (toString (index $v.hooks.convert.annotations "helm.sh/hook")))) -}}
 {{- $rc := include "miles.rayClusterName" . -}}
 {{- $rayEnabled := eq $v.mode "rayCluster" -}}
 {{- $headSvc := printf "%s-head-svc" $rc -}}
@@ -200,7 +206,10 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
     "enabled" $v.hooks.convert.enabled
     "command" $v.hooks.convert.command
     "nprocPerNode" (int $v.hooks.convert.nprocPerNode)
-    "lockStaleSeconds" (int $v.hooks.convert.lockStaleSeconds))
+    "lockStaleSeconds" (int $v.hooks.convert.lockStaleSeconds)
+    "pool" $pools.convert
+    "requests" $convertRequests
+    "runsThisPhase" $convertRuns)
 -}}
 {{- toPrettyJson $spec -}}
 {{- end -}}

@@ -210,6 +210,9 @@ class ConvertSpec(TypedDict):
     command: list[str]
     nprocPerNode: int
     lockStaleSeconds: int
+    pool: NodePoolSpec
+    requests: dict[str, str]
+    runsThisPhase: bool
 
 
 class RawSpec(TypedDict):

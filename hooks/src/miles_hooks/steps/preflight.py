@@ -5,11 +5,12 @@ Kubernetes API returns; ``run`` gathers those objects through the API and report
 Checks: the ``rayclusters.ray.io`` CRD is served at v1 (and a KubeRay operator pod is seen, when the
 cluster-scope read is granted); enough schedulable nodes match the worker selector and tolerations, each
 with allocatable GPUs >= GPUs per worker and an EFA request equal to its allocatable EFA count; a node
-exists for the head; the storage claim is bound (or created by the chart) and ReadWriteMany; each
-referenced Secret and key exists; a ``prometheus`` Service is neutralised by ``PROMETHEUS_PORT``; the API
-server accepts every object of the release that is still to come (a server-side dry run, see
-``core.dry_run``; without it, the namespace's Pod Security label, see ``core.pod_security``). The
-values rules (topology arithmetic included) live in the chart alone: preflight reads the derived numbers
+exists for the head, and one for the GPU convert pod when it runs; the storage claim is bound (or created
+by the chart) and ReadWriteMany; each referenced Secret and key exists; a ``prometheus`` Service is
+neutralised by ``PROMETHEUS_PORT``; the API server accepts every object of the release that is still to
+come (a server-side dry run, see ``core.dry_run``; without it, the namespace's Pod Security label, see
+``core.pod_security``). The values rules (topology arithmetic included) live in the chart alone:
+preflight reads the derived numbers
 from the run spec and checks only what needs the live cluster.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 from miles_hooks.core import dry_run, kube, log, pod_security, ray_token
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.fsutil import human_bytes
-from miles_hooks.core.quantity import parse_count
+from miles_hooks.core.quantity import parse_count, parse_exact
 from miles_hooks.core.runspec import RunSpec
 from miles_hooks.core.runspec_types import NodePoolSpec, RawSpec, TolerationSpec
 
@@ -231,6 +232,58 @@ def evaluate_head(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
             f"matches {len(matching)} node(s)"
             + (f" ({why})" if why else "")
             + "; set the head's nodeSelector/tolerations to an existing CPU pool",
+        )
+    ]
+
+
+def evaluate_convert(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
+    """A node for the GPU convert pod, when it runs in this phase: it selects the GPU pool's nodes (with
+    hooks.convert's labels and tolerations added) and asks for nprocPerNode GPUs and its own CPU and
+    memory, which a GPU worker's size does not cover. Without such a node its Job would wait, Pending,
+    until its deadline (hours)."""
+    convert = raw["convert"]
+    if not convert["runsThisPhase"]:
+        return []
+    pool = convert["pool"]
+    gpu_resource = raw["checks"]["nodes"]["gpuResource"]
+    wants: dict[str, str] = {gpu_resource: str(convert["nprocPerNode"])}
+    wants.update({k: v for k, v in convert["requests"].items() if k in ("cpu", "memory")})
+    selector = pool.get("nodeSelector") or {}
+    matching = [n for n in nodes if selector_matches(n, selector)]
+    usable: list[str] = []
+    rejected: list[str] = []
+    for node in matching:
+        reasons = unschedulable_reasons(node, pool)
+        have = (node.get("status") or {}).get("allocatable") or {}
+        for resource, want in wants.items():
+            if parse_exact(have.get(resource)) < parse_exact(want):
+                reasons.append(
+                    f"allocatable {resource} is {have.get(resource, 0)}, the convert pod asks {want}"
+                )
+        (rejected if reasons else usable).append(
+            node_name(node) + (f": {'; '.join(reasons)}" if reasons else "")
+        )
+    if usable:
+        return [
+            Finding(
+                INFO,
+                "hooks.convert",
+                f"convert pod can run on {usable[0]}"
+                + (f" and {len(usable) - 1} other node(s)" if len(usable) > 1 else ""),
+            )
+        ]
+    detail = "; ".join(rejected[:5]) + (f"; and {len(rejected) - 5} more" if len(rejected) > 5 else "")
+    asks = ", ".join(f"{want} {resource}" for resource, want in wants.items())
+    return [
+        Finding(
+            ERROR,
+            "hooks.convert",
+            f"no node can take the convert pod: it asks {asks} (hooks.convert.nprocPerNode, "
+            f"hooks.convert.resources.requests) on a schedulable node matching nodeSelector "
+            f"{json.dumps(selector, sort_keys=True)}; found {len(matching)} matching of {len(nodes)} nodes"
+            + (f": {detail}" if detail else "")
+            + "; point hooks.convert.nodeSelector/tolerations (added to gpuPods') at GPU nodes that have it, "
+            "or lower hooks.convert.resources.requests",
         )
     ]
 
@@ -454,6 +507,7 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
             findings.extend(evaluate_workers(nodes, raw))
             if raw["mode"] == "rayCluster":
                 findings.extend(evaluate_head(nodes, raw))
+            findings.extend(evaluate_convert(nodes, raw))
     else:
         findings.append(Finding(INFO, "checks.nodes", "node checks disabled"))
 
