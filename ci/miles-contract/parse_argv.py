@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -386,13 +387,27 @@ def run(doc: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         return bool(result["ok"]), result
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: a stopped Ray job (the testbed's train.py runs this parser). Not an Exception nor a
+    SystemExit, so no parse-error handler takes it for upstream's refusal; it leaves through the `with`
+    blocks, and the scratch directory goes too."""
+
+
+def _raise_terminated(_signum: int, _frame: Any) -> None:
+    raise Terminated
+
+
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         doc = _load_document(argv)
     except (InputError, OSError, json.JSONDecodeError) as exc:
         print(json.dumps({"ok": False, "stage": "input", "error": str(exc), "errorType": type(exc).__name__}))
         return 2
-    ok, result = run(doc)
+    try:
+        ok, result = run(doc)
+    except Terminated:
+        return 128 + signal.SIGTERM
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0 if ok else 1
 

@@ -11,15 +11,20 @@ builds or trains the model), the pair shows the parser letting it through.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
 import shlex
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from contractlib import (
+    DRIVER,
     SCENARIOS,
     contract_python,
     document,
@@ -302,3 +307,28 @@ def test_contract_env_is_the_pinned_upstream_build() -> None:
     )
     assert done.stdout.splitlines()[-1] == "0.0.2 True"  # importing megatron.training logs first
     assert importlib.util.find_spec("miles") is None  # and it is not importable from the project venv
+
+
+def test_a_stopped_parse_leaves_no_scratch_directory(tmp_path: Path) -> None:
+    """A Ray job stopped mid-parse (the testbed's train.py runs this driver) gets SIGTERM: the driver exits
+    143 through its `with` blocks, and its scratch directory under TMPDIR goes with it."""
+    doc = document(spec_of("colocated"))
+    proc = subprocess.Popen(
+        [contract_python(), str(DRIVER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(doc))
+    proc.stdin.close()
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("miles-contract-*")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the driver made no scratch directory in 120 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 143
+    assert list(tmp_path.glob("miles-contract-*")) == []
