@@ -204,6 +204,11 @@ def evaluate_workers(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]
     return findings
 
 
+def can_run_on(subject: str, what: str, names: list[str]) -> Finding:
+    others = f" and {len(names) - 1} other node(s)" if len(names) > 1 else ""
+    return Finding(INFO, subject, f"{what} can run on {names[0]}{others}")
+
+
 def evaluate_head(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
     pool = raw["rayCluster"]["head"]
     selector = pool.get("nodeSelector") or {}
@@ -213,14 +218,7 @@ def evaluate_head(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
     if head_gpus:
         ok = [n for n in ok if allocatable(n, raw["checks"]["nodes"]["gpuResource"]) >= head_gpus]
     if ok:
-        return [
-            Finding(
-                INFO,
-                "rayCluster.head",
-                f"head can run on {node_name(ok[0])}"
-                + (f" and {len(ok) - 1} other node(s)" if len(ok) > 1 else ""),
-            )
-        ]
+        return [can_run_on("rayCluster.head", "head", [node_name(n) for n in ok])]
     why = "; ".join(
         f"{node_name(n)}: {', '.join(unschedulable_reasons(n, pool)) or 'too few GPUs'}" for n in matching[:5]
     )
@@ -264,14 +262,7 @@ def evaluate_convert(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]
             node_name(node) + (f": {'; '.join(reasons)}" if reasons else "")
         )
     if usable:
-        return [
-            Finding(
-                INFO,
-                "hooks.convert",
-                f"convert pod can run on {usable[0]}"
-                + (f" and {len(usable) - 1} other node(s)" if len(usable) > 1 else ""),
-            )
-        ]
+        return [can_run_on("hooks.convert", "convert pod", usable)]
     detail = "; ".join(rejected[:5]) + (f"; and {len(rejected) - 5} more" if len(rejected) > 5 else "")
     asks = ", ".join(f"{want} {resource}" for resource, want in wants.items())
     return [
