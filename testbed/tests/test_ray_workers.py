@@ -82,7 +82,7 @@ def test_the_head_service_of_an_address(address: str, expected: tuple[str, str, 
     assert ray_workers.head_service(address, "default-ns") == expected
 
 
-def test_each_worker_gets_its_own_ports_temp_dir_and_the_pods_labels(tmp_path: Path) -> None:
+def test_each_worker_gets_its_own_ports_tmp_and_the_pods_labels(tmp_path: Path) -> None:
     settings = WorkerSettings(
         node_netns="node",
         node_ip="10.250.10.2",
@@ -99,7 +99,8 @@ def test_each_worker_gets_its_own_ports_temp_dir_and_the_pods_labels(tmp_path: P
     options = dict(a.split("=", 1) for a in argv[4:])
     assert options["--address"] == "10.250.10.7:6379"
     assert options["--node-ip-address"] == "10.250.10.2"
-    assert options["--temp-dir"] == "/tmp/ray-workers/worker-1"
+    assert options["--temp-dir"] == "/tmp/ray"  # in the worker's own /tmp, a host dir per slot
+    assert ray_workers.worker_tmp(settings, 1) == Path("/tmp/ray-workers/worker-1")
     # slot 1's range: 12100..12199, clear of slot 0's and slot 2's
     ports = [int(options[k]) for k in options if k.endswith("-port")]
     assert min(ports) >= 12100 and max(ports) <= 12199, options
@@ -148,5 +149,34 @@ def test_a_ray_worker_node_runs_as_a_container_would(tmp_path: Path) -> None:
             timeout=30,
         )
         assert failed.returncode == 1, failed  # a volume that cannot be bound: the container does not start
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False)
+
+
+@pytest.mark.skipif(not can_make_namespaces(), reason="needs root and network, PID and mount namespaces")
+def test_a_worker_has_its_own_tmp_and_leaves_nothing_in_the_hosts(tmp_path: Path) -> None:
+    """Bound last, the worker's own /tmp takes what the worker and its jobs write there (a driver killed
+    before its cleanup included), while a volume whose source lies under the host's /tmp is still bound."""
+    netns = f"miles-unit-{uuid.uuid4().hex[:8]}"
+    # the volume's source lies under the host's /tmp (tmp_path), its mount point outside it, as /fsx does
+    own_tmp, volume, mount_point = tmp_path / "worker-0", tmp_path / "fsx-local", Path("/mnt")
+    for d in (own_tmp, volume):
+        d.mkdir()
+    (volume / "spec.json").write_text("{}")
+    marker = f"scratch-{uuid.uuid4().hex}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        binds = [(str(volume), str(mount_point)), (str(own_tmp), "/tmp")]
+        script = f'mkdir /tmp/{marker} && cat "$1"/spec.json'
+        out = subprocess.run(
+            [*ray_workers.pod_like(netns, binds), "sh", "-c", script, "sh", str(mount_point)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+        assert out == "{}"
+        assert (own_tmp / marker).is_dir()
+        assert not Path("/tmp", marker).exists()
     finally:
         subprocess.run(["ip", "netns", "del", netns], check=False)

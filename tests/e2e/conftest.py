@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +66,9 @@ def release_namespace() -> Iterator[str]:
     dead = tb.dead_processes()
     assert not dead, "testbed process(es) no longer running:\n" + "\n".join(dead)
     ns = f"e2e-{uuid.uuid4().hex[:8]}"
+    # what the jobs' drivers leave in /tmp (the stand-in train.py's parser scratch dirs) must go with the
+    # local Ray worker they ran on, as a container's /tmp does, even when a stopped job was killed mid-parse
+    host_scratch = set(Path(tempfile.gettempdir()).glob("miles-contract-*"))
     tb.run([str(tb.REPO / "testbed" / "storage.sh"), ns, "fsx-claim"])
     tb.kubectl(
         "-n", ns, "create", "secret", "generic", "hf-token", "--from-literal=token=hf_testbed_not_a_token"
@@ -85,6 +89,10 @@ def release_namespace() -> Iterator[str]:
         tb.kubectl("delete", "namespace", ns, "--wait=false", check=False, timeout=90)
         tb.run([str(tb.REPO / "testbed" / "storage.sh"), "--delete", ns, "fsx-claim"], check=False)
         tb.wait_for_no_ray_workers(ns, 120)
+        left = sorted(
+            str(d) for d in set(Path(tempfile.gettempdir()).glob("miles-contract-*")) - host_scratch
+        )
+        assert not left, f"the jobs of {ns} left scratch dirs in the host's /tmp: {left}"
 
 
 @pytest.fixture

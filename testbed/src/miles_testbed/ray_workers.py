@@ -22,6 +22,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -137,13 +138,20 @@ def pod_like(netns: str, binds: list[tuple[str, str]]) -> list[str]:
 class WorkerSettings:
     node_netns: str  # the real node's network namespace
     node_ip: str  # the real node's address in it
-    temp_dir: str  # each worker's Ray temp dir goes under it
+    temp_dir: str  # each worker's own /tmp (Ray's temp dir in it) is a dir under it, removed when it stops
     binds: list[tuple[str, str]]  # (local dir, mount point): the worker pod's volumes
     work_dir: Path  # the workers' logs
     venv_bin: Path  # bin dir of the Python with the head image's Ray
     cpus: int  # CPUs a worker advertises at most
     limit: int  # workers at most (each raylet costs ~200 MB); beyond that the pod is only simulated
     port_base: int  # first port of the workers' port ranges (100 per worker)
+
+
+def worker_tmp(s: WorkerSettings, slot: int) -> Path:
+    """The host dir that is a worker's /tmp, as a container's /tmp is its own: what the worker and the jobs
+    it runs write there (Ray's session files, a driver's scratch dirs) goes when the worker goes, even
+    from a process killed before it could clean up."""
+    return Path(s.temp_dir) / f"worker-{slot}"
 
 
 def ray_start_argv(s: WorkerSettings, pod: Any, address: str, slot: int) -> list[str]:
@@ -155,9 +163,9 @@ def ray_start_argv(s: WorkerSettings, pod: Any, address: str, slot: int) -> list
         "--disable-usage-stats",
         f"--address={address}",
         f"--node-ip-address={s.node_ip}",
-        # a temp dir of its own, as each pod has its own /tmp: raylets started side by side in one temp dir
-        # pick the same socket names, and the second fails with "address already in use"
-        f"--temp-dir={s.temp_dir}/worker-{slot}",
+        # in the worker's own /tmp (pod_like binds worker_tmp there): raylets started side by side in one
+        # temp dir pick the same socket names, and the second fails with "address already in use"
+        "--temp-dir=/tmp/ray",
         f"--node-manager-port={base}",
         f"--object-manager-port={base + 1}",
         f"--metrics-export-port={base + 2}",
@@ -289,9 +297,15 @@ class RayWorkers:
         )
         env.update(self.auth_env(pod))
         log_path = self.log_dir / f"{pod.metadata.namespace}_{pod.metadata.name}.log"
+        tmp = worker_tmp(self.s, slot)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        tmp.chmod(0o1777)
+        # /tmp last: a volume's source may lie under the host's /tmp
+        binds = [*self.s.binds, (str(tmp), "/tmp")]
         with open(log_path, "ab") as log:
             p = subprocess.Popen(
-                [*pod_like(self.s.node_netns, self.s.binds), *ray_start_argv(self.s, pod, address, slot)],
+                [*pod_like(self.s.node_netns, binds), *ray_start_argv(self.s, pod, address, slot)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -321,6 +335,8 @@ class RayWorkers:
             attempts = self.attempts.get(pod.metadata.uid, 0) + 1
             if mine and p.poll() is not None:
                 del self.procs[pod.metadata.uid]
+        if entry is not None and mine and p.poll() is not None:
+            shutil.rmtree(worker_tmp(self.s, entry[1]), ignore_errors=True)
         if mine and p.poll() is not None and attempts <= RESTARTS:
             # never for a pod deleted meanwhile: its DELETED event found nothing to stop, so a restart would
             # run for ever
@@ -341,7 +357,7 @@ class RayWorkers:
             entry = self.procs.pop(uid, None)
         if entry is None:
             return
-        p = entry[0]
+        p, slot = entry
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -350,6 +366,7 @@ class RayWorkers:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+        shutil.rmtree(worker_tmp(self.s, slot), ignore_errors=True)
         LOG.info("%s: local Ray worker stopped", name)
 
     def stop_absent(self, present: set[str]) -> None:
