@@ -331,13 +331,14 @@ class RayWorkers:
                 os.killpg(p.pid, signal.SIGKILL)
         with self.lock:
             entry = self.procs.get(pod.metadata.uid)
-            mine = entry is not None and entry[0] is p
+            # this start's worker ended (not one stopped meanwhile, nor a later start's)
+            ended = entry is not None and entry[0] is p and p.poll() is not None
             attempts = self.attempts.get(pod.metadata.uid, 0) + 1
-            if mine and p.poll() is not None:
+            if entry is not None and ended:
                 del self.procs[pod.metadata.uid]
-        if entry is not None and mine and p.poll() is not None:
+        if entry is not None and ended:
             shutil.rmtree(worker_tmp(self.s, entry[1]), ignore_errors=True)
-        if mine and p.poll() is not None and attempts <= RESTARTS:
+        if ended and attempts <= RESTARTS:
             # never for a pod deleted meanwhile: its DELETED event found nothing to stop, so a restart would
             # run for ever
             self.attempts[pod.metadata.uid] = attempts

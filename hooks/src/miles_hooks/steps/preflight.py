@@ -10,8 +10,7 @@ by the chart) and ReadWriteMany; each referenced Secret and key exists; a ``prom
 neutralised by ``PROMETHEUS_PORT``; the API server accepts every object of the release that is still to
 come (a server-side dry run, see ``core.dry_run``; without it, the namespace's Pod Security label, see
 ``core.pod_security``). The values rules (topology arithmetic included) live in the chart alone:
-preflight reads the derived numbers
-from the run spec and checks only what needs the live cluster.
+preflight reads the derived numbers from the run spec and checks only what needs the live cluster.
 """
 
 from __future__ import annotations
