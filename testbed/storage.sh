@@ -55,10 +55,11 @@ spec:
   resources: {requests: {storage: 1200Gi}}
 YAML
 # The Ray token of the testbed's one Ray head (up.sh), as the Secret the testbed overlay names
-# (secrets.rayAuth.existingSecret): the namespace's hook and Ray pods authenticate with it.
+# (secrets.rayAuth.existingSecret): the namespace's hook and Ray pods authenticate with it. Under both keys the
+# chart reads: `token` (mode rayCluster) and `auth_token` (mode rayJob, the key KubeRay's authOptions reads).
 [[ -s $RAY_AUTH_TOKEN_FILE ]] || die "no Ray token at $RAY_AUTH_TOKEN_FILE: start the testbed first (make cluster-up)"
 "$bin/kubectl" "${kc[@]}" -n "$ns" create secret generic "$TESTBED_RAY_AUTH_SECRET" \
-  --from-file=token="$RAY_AUTH_TOKEN_FILE" --dry-run=client -o yaml | "$bin/kubectl" "${kc[@]}" apply -f - >/dev/null
+  --from-file=token="$RAY_AUTH_TOKEN_FILE" --from-file=auth_token="$RAY_AUTH_TOKEN_FILE" --dry-run=client -o yaml | "$bin/kubectl" "${kc[@]}" apply -f - >/dev/null
 # A watch, bounded well past the binder's retry period (up.sh: --pvclaimbinder-sync-period=2s): a claim
 # whose volume the binder had not seen yet is bound on the next retry, not on the claim's event.
 "$bin/kubectl" "${kc[@]}" -n "$ns" wait pvc "$claim" --for=jsonpath='{.status.phase}'=Bound --timeout=30s \

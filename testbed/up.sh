@@ -49,7 +49,7 @@ export RAY_USAGE_STATS_ENABLED=0
 # The testbed's Ray token is its own: a caller's (e.g. pytest after tests/ray set its cluster's token in the
 # environment) must not leak into the pod runner, which passes each worker only its pod's token.
 unset RAY_AUTH_MODE RAY_AUTH_TOKEN RAY_AUTH_TOKEN_PATH
-(umask 077 && "$root/.venv/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$RAY_AUTH_TOKEN_FILE")
+(umask 077 && "$root/.venv/bin/python" -c 'import secrets; import sys; sys.stdout.write(secrets.token_urlsafe(32))' >"$RAY_AUTH_TOKEN_FILE")
 # The stand-in train.py hands its argv to miles' real parser: the contract venv `make tools` builds.
 export MILES_CONTRACT_PYTHON="$root/.tools/miles-contract/bin/python" MILES_CONTRACT_DRIVER="$root/ci/miles-contract/parse_argv.py"
 unshare -m --propagation private true 2>/dev/null ||
@@ -116,9 +116,14 @@ start_proc kwok "$bin/kwok" --kubeconfig="$kc" --config="$CLUSTER_DIR/kwok-stage
 "$root/.venv/bin/python" -m miles_testbed.nodes | "$bin/kubectl" --kubeconfig "$kc" create --validate=false -f - >/dev/null
 log "created CRDs and $((NODES + CPU_NODES)) nodes"
 "$bin/kubectl" --kubeconfig "$kc" wait --for=condition=Established --timeout=30s crd/rayclusters.ray.io >/dev/null
-start_proc kuberay-operator env KUBECONFIG="$kc" "$bin/kuberay-operator" \
-  --metrics-addr="127.0.0.1:$KUBERAY_METRICS_PORT" --health-probe-bind-address="127.0.0.1:$KUBERAY_HEALTH_PORT" \
-  --enable-leader-election=false --log-stdout-encoder=console
+# The operator polls each RayJob's job at its head Service's cluster name (<cluster>-head-svc.<ns>.svc.cluster.local),
+# as it does from its pod on a cluster: it gets the pod's resolver, the cluster DNS on the real node (node.sh starts
+# it, before any RayJob exists), in a private mount namespace; the host's /etc/resolv.conf is not touched.
+printf 'nameserver %s\nsearch cluster.local\noptions ndots:5\n' "$node_ip" >"$CLUSTER_DIR/kuberay-resolv.conf"
+start_proc kuberay-operator unshare --mount --propagation private sh -ec "
+  mount --bind $CLUSTER_DIR/kuberay-resolv.conf /etc/resolv.conf
+  exec env KUBECONFIG=$kc $bin/kuberay-operator --metrics-addr=127.0.0.1:$KUBERAY_METRICS_PORT \
+    --health-probe-bind-address=127.0.0.1:$KUBERAY_HEALTH_PORT --enable-leader-election=false --log-stdout-encoder=console"
 
 # --- readiness -------------------------------------------------------------------------------------------
 wait_for "kube-controller-manager /healthz" 30 curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -207,6 +208,27 @@ def test_an_absent_ray_token_secret_is_created_not_refused_but_a_named_one_must_
     raw["secrets"] = [ray_token_ref(generate=True)]
     (keyless,) = pf.secret_findings({"rt-ray-auth": {"data": {"other": ""}}}, raw)
     assert keyless.level == pf.ERROR and "has no key 'token'" in keyless.message  # never rewritten
+
+
+def test_a_ray_token_with_a_line_break_is_refused_without_showing_it() -> None:
+    raw = base_spec()
+    raw["secrets"] = [ray_token_ref(generate=False)]
+    value = "s3cr3t-token\n"
+    found = {"rt-ray-auth": {"data": {"token": ""}, "untrimmed": ["token"]}}
+    (finding,) = pf.secret_findings(found, raw)
+    assert finding.level == pf.ERROR and "line break" in finding.message and "'token'" in finding.message
+    assert value.strip() not in finding.message
+    (clean,) = pf.secret_findings({"rt-ray-auth": {"data": {"token": ""}, "untrimmed": []}}, raw)
+    assert clean.level == pf.INFO
+
+
+@pytest.mark.parametrize(
+    ("value", "clean"),
+    [("abc-DEF_123", True), ("abc\n", False), (" abc", False), ("a b", False), ("", False)],
+)
+def test_clean_token(value: str, clean: bool) -> None:
+    assert pf.clean_token(base64.b64encode(value.encode()).decode()) is clean
+    assert pf.clean_token("not base64!") is False
 
 
 def test_prometheus_findings() -> None:

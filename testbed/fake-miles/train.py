@@ -6,16 +6,33 @@ venv that `make tools` builds, driven by ci/miles-contract/parse_argv.py), with 
 the run's real paths on the shared storage and the HF config.json prepare-data fetched. The environment of
 the Ray worker nodes (where the job's driver runs) names the interpreter and the driver
 (``MILES_CONTRACT_PYTHON``, ``MILES_CONTRACT_DRIVER``; testbed/up.sh sets them).
+
+Checkpoints follow Megatron's layout, with placeholder contents: ``<save>/iter_<7 digits>/`` (holding only
+``stand-in.json``) and the tracker ``<save>/latest_checkpointed_iteration.txt``, replaced atomically once
+the iteration's directory is complete. As upstream numbers them, a save after rollout ``i`` is iteration
+``i``; it happens when ``(i + 1) % --save-interval == 0`` and after the last rollout. A run whose ``--load``
+holds a tracker resumes at rollout N + 1 (N = the tracker's iteration); otherwise it starts at rollout 0
+(from ``--ref-load``).
+
+Testbed-only fault injection: when ``<save>/../testbed-fail-once`` (the run's output dir) exists after a
+save, the stand-in removes that marker and exits 1, so the job's first attempt fails after a checkpoint and
+the next one runs through; the e2e tests use it to show that a retried job resumes. Upstream has no such
+hook.
 """
 
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 # The GPUs of the product's nodes (H100/H200) as Megatron's device probes see them.
 HOPPER = {"major": 9, "minor": 0}
+
+TRACKER = "latest_checkpointed_iteration.txt"
+FAIL_ONCE = "testbed-fail-once"
 
 
 def parse_with_upstream(argv: list[str]) -> dict:
@@ -41,8 +58,87 @@ def parse_with_upstream(argv: list[str]) -> dict:
         ) from None
 
 
+def given_flag(argv: list[str], flag: str) -> str | None:
+    """The value of ``flag`` on the command line; the last one wins, as in argparse (Megatron's parser
+    allows no abbreviations)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(f"{flag}="):
+            value = arg.removeprefix(f"{flag}=")
+    return value
+
+
+def latest_iteration(load: str | None) -> int | None:
+    """The iteration ``<load>``'s tracker names, or None when there is no tracker (nothing saved yet)."""
+    if not load:
+        return None
+    tracker = Path(load) / TRACKER
+    try:
+        found = tracker.read_text().strip()
+    except FileNotFoundError:
+        return None
+    try:
+        return int(found)
+    except ValueError:
+        # Megatron would load "release" as a converted checkpoint; a run's --load holding one is a
+        # misconfiguration (--load pointing at the --ref-load dir), so it fails loudly like any other.
+        print(
+            f"testbed train.py: {tracker}: expected an iteration number, found {found!r}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+
+
+def saves_after(rollout_id: int, save_interval: int | None, num_rollout: int) -> bool:
+    """Whether miles saves after ``rollout_id`` (upstream's should_run_periodic_action)."""
+    if not save_interval or save_interval <= 0:
+        return False
+    return (rollout_id + 1) % save_interval == 0 or rollout_id == num_rollout - 1
+
+
+def save_checkpoint(save: str, iteration: int) -> Path:
+    """Write ``iter_<iteration>/`` under ``save``, then point the tracker at it; returns the iter dir."""
+    root = Path(save)
+    iter_dir = root / f"iter_{iteration:07d}"
+    iter_dir.mkdir(parents=True, exist_ok=True)
+    doc = {"iteration": iteration, "note": "testbed stand-in checkpoint"}
+    (iter_dir / "stand-in.json").write_text(json.dumps(doc) + "\n")
+    # A reader (the next attempt, the report hook) must never see a tracker that is half written or
+    # names an iteration whose directory is not there yet: write it beside, then rename over.
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{TRACKER}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(str(iteration))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, root / TRACKER)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return iter_dir
+
+
+def fail_once_marker(save: str) -> Path:
+    """Where the fault-injection marker lives: the run's output dir, the parent of the checkpoint dir."""
+    return Path(save).parent / FAIL_ONCE
+
+
+def take_fail_once(save: str) -> Path | None:
+    """Remove the marker and return its path when it was there; None otherwise. Removing it before
+    failing is what lets the next attempt run through."""
+    marker = fail_once_marker(save)
+    try:
+        marker.unlink()
+    except FileNotFoundError:
+        return None
+    return marker
+
+
 def main() -> int:
-    result = parse_with_upstream(sys.argv[1:])
+    argv = sys.argv[1:]
+    result = parse_with_upstream(argv)
     if not result["ok"]:
         print("\n".join(result.get("log") or []), file=sys.stderr)
         print(
@@ -60,14 +156,37 @@ def main() -> int:
         f"EP{a['expert_model_parallel_size']}, {a['rollout_num_gpus']} rollout GPUs",
         flush=True,
     )
+    # Not the parsed load: when --load holds no tracker, miles' parser replaces it with --ref-load, whose
+    # converted checkpoint's tracker says "release".
+    load = given_flag(argv, "--load")
+    save, save_interval, num_rollout = a["save"], a["save_interval"], a["num_rollout"]
+    latest = latest_iteration(load)
+    first = 0 if latest is None else latest + 1
+    if latest is not None:
+        said = f"loaded checkpoint iteration {latest} from {load} (resuming at rollout {first})"
+    else:
+        said = f"no checkpoint in {load}; starting at rollout 0 from {a['ref_load']}"
+    print(f"testbed train.py: {said}", flush=True)
+
     budget = float(os.environ.get("TESTBED_TRAIN_SECONDS", "600"))
     step = float(os.environ.get("TESTBED_ROLLOUT_SECONDS", "2"))
     start = time.monotonic()
-    for i in range(a["num_rollout"]):
+    for i in range(first, num_rollout):
         if time.monotonic() - start >= budget:
             break
         print(f"rollout {i}: raw_reward=0.0 (simulated)", flush=True)
         time.sleep(step)  # the simulated rollout itself
+        if not (save and saves_after(i, save_interval, num_rollout)):
+            continue
+        save_checkpoint(save, i)
+        print(f"testbed train.py: saved checkpoint iteration {i} to {save}", flush=True)
+        if marker := take_fail_once(save):
+            print(
+                f"testbed train.py: failing on purpose after saving iteration {i} ({marker}, removed)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
     print("testbed train.py: done", flush=True)
     return 0
 

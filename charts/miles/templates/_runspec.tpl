@@ -114,8 +114,10 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- end -}}
 {{- /* whether the GPU convert pod runs in this phase (preflight checks its pool then): on install, and on an upgrade only when its hook annotation names pre-upgrade */ -}}
 {{- $convertRuns := and $v.hooks.convert.enabled (or .Release.IsInstall (contains "pre-upgrade" (toString (index $v.hooks.convert.annotations "helm.sh/hook")))) -}}
-{{- $rc := include "miles.rayClusterName" . -}}
-{{- $rayEnabled := eq $v.mode "rayCluster" -}}
+{{- $rayJob := eq $v.mode "rayJob" -}}
+{{- /* in mode rayJob the hooks reach the cluster through the RayJob's own head Service, which follows each attempt's cluster */ -}}
+{{- $rc := ternary (include "miles.rayJobName" .) (include "miles.rayClusterName" .) $rayJob -}}
+{{- $rayEnabled := ne $v.mode "singleNode" -}}
 {{- $headSvc := printf "%s-head-svc" $rc -}}
 {{- $dashboard := printf "http://%s.%s.svc:8265" $headSvc .Release.Namespace -}}
 {{- if not $rayEnabled -}}
@@ -177,7 +179,7 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
     "args" (include "miles.trainArgs" . | fromJsonArray))
   "runtimeEnv" (dict "envVars" (include "miles.runtimeEnv" . | fromJson))
   "reward" (dict "type" (include "miles.rewardType" .) "url" (ternary $rewardUrl nil (ne $rewardUrl "")) "serviceEnabled" $v.reward.enabled)
-  "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionIdPrefix" $full)
+  "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionIdPrefix" $full "jobId" (ternary $rc "" $rayJob))
   "storage" (dict "mountPath" $v.storage.mountPath "claimName" (include "miles.claimName" .) "createdByChart" (ne $v.storage.type "existingClaim") "kind" $v.storage.type)
   "secrets" (include "miles.secretRefs" . | fromJsonArray)
   "checks" (dict
@@ -230,9 +232,14 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- if $v.secrets.rayAuth.enabled -}}
 {{- /* generate: preflight creates the Secret with a random token when absent (the value never enters a manifest) */ -}}
 {{- $name := default (include "miles.componentName" (dict "context" . "component" "ray-auth")) $v.secrets.rayAuth.existingSecret -}}
-{{- $refs = append $refs (dict "purpose" "rayAuth" "name" $name "key" $v.secrets.rayAuth.key "env" "RAY_AUTH_TOKEN" "required" true "generate" (empty $v.secrets.rayAuth.existingSecret)) -}}
+{{- $refs = append $refs (dict "purpose" "rayAuth" "name" $name "key" (include "miles.rayAuthKey" .) "env" "RAY_AUTH_TOKEN" "required" true "generate" (empty $v.secrets.rayAuth.existingSecret)) -}}
 {{- end -}}
 {{- toJson $refs -}}
+{{- end -}}
+
+{{/* miles.rayAuthKey: the Ray token's key in its Secret: secrets.rayAuth.key, or auth_token (KubeRay's key) in mode rayJob and token otherwise. */}}
+{{- define "miles.rayAuthKey" -}}
+{{- default (ternary "auth_token" "token" (eq .Values.mode "rayJob")) .Values.secrets.rayAuth.key -}}
 {{- end -}}
 
 {{/*

@@ -26,7 +26,7 @@ Divisions by zero cannot happen: the schema requires every count ≥ 1.
 {{- $replicas := add $actorNodes $rolloutWorkers -}}
 {{- if eq .Values.mode "singleNode" -}}{{- $replicas = 1 -}}{{- end -}}
 {{- $headGpus := 0 -}}
-{{- if eq .Values.mode "rayCluster" -}}{{- $headGpus = int .Values.rayCluster.head.gpus -}}{{- end -}}
+{{- if ne .Values.mode "singleNode" -}}{{- $headGpus = int .Values.rayCluster.head.gpus -}}{{- end -}}
 {{- $tp := int $t.tensorParallel -}}
 {{- $tpc := mul $tp (int $t.pipelineParallel) (int $t.contextParallel) -}}
 {{- toJson (dict

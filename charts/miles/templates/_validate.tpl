@@ -105,11 +105,11 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- end -}}
 {{- /* miles/ray/placement_group.py: one {GPU: 1, CPU: 1} bundle per actor or rollout GPU on the workers */ -}}
 {{- $workerCpu := include "miles.quantityBytes" (default "" $v.rayCluster.workers.resources.requests.cpu) | float64 -}}
-{{- if and (eq $v.mode "rayCluster") (ge $workerCpu 0.0) (lt $workerCpu (float64 $gpw)) -}}
+{{- if and (ne $v.mode "singleNode") (ge $workerCpu 0.0) (lt $workerCpu (float64 $gpw)) -}}
 {{- $e = append $e (printf "rayCluster.workers.resources.requests.cpu: expected at least topology.gpusPerWorker (%d): miles places one CPU with each GPU, found %s" $gpw (toString $v.rayCluster.workers.resources.requests.cpu)) -}}
 {{- end -}}
 {{- /* miles/utils/http_utils.py init_http_client: --use-distributed-post pins an HTTP actor (0.001 CPU) to every Ray node, the head included, and a 0-CPU head never schedules it */ -}}
-{{- if and (eq $v.mode "rayCluster") (eq (int $v.rayCluster.head.gpus) 0) (has "--use-distributed-post" $r.extraArgs) -}}
+{{- if and (ne $v.mode "singleNode") (eq (int $v.rayCluster.head.gpus) 0) (has "--use-distributed-post" $r.extraArgs) -}}
 {{- $e = append $e "recipe.extraArgs: expected no --use-distributed-post with a CPU head (rayCluster.head.gpus 0 starts the head with num-cpus 0, and miles pins one HTTP actor to every Ray node: the run would wait for it for ever), found --use-distributed-post" -}}
 {{- end -}}
 {{- if and (eq $r.entrypoint "train_async.py") $t.colocate -}}
@@ -167,7 +167,12 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $rcName := default $full $v.rayCluster.name -}}
 {{- $maxLen := 53 -}}
 {{- $upgradeMethod := include "miles.upgradeMethod" . -}}
+{{- $hashNote := "53 minus the 9-character template hash with upgradeStrategy method nameHash" -}}
 {{- if eq $upgradeMethod "nameHash" -}}{{- $maxLen = 44 -}}{{- end -}}
+{{- if eq $v.mode "rayJob" -}}
+{{- $maxLen = 38 -}}
+{{- $hashNote = "mode rayJob: KubeRay's 47 for a RayJob minus its 9-character job hash" -}}
+{{- end -}}
 {{- $operator := toString $v.rayCluster.operatorVersion -}}
 {{- if not (include "miles.operatorVersionValid" .) -}}
 {{- $e = append $e (printf "rayCluster.operatorVersion: expected the KubeRay operator's version as MAJOR.MINOR[.PATCH] (e.g. 1.6.1), found %q" $operator) -}}
@@ -177,7 +182,7 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "rayCluster.upgradeStrategy.method: expected nameHash or empty with rayCluster.operatorVersion %s (spec.upgradeStrategy needs KubeRay 1.6 or newer), found crd" $operator) -}}
 {{- end -}}
 {{- if gt (len $rcName) $maxLen -}}
-{{- $e = append $e (printf "rayCluster.name: expected at most %d characters (53 minus the 9-character template hash with upgradeStrategy method nameHash), found %d (%q)" $maxLen (len $rcName) $rcName) -}}
+{{- $e = append $e (printf "rayCluster.name: expected at most %d characters (%s; when empty, the full name counts), found %d (%q)" $maxLen $hashNote (len $rcName) $rcName) -}}
 {{- else if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $rcName) -}}
 {{- $e = append $e (printf "rayCluster.name: expected a DNS-1035 name starting with a letter, found %q" $rcName) -}}
 {{- end -}}
@@ -281,12 +286,26 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "scheduling.podLabels.%s: expected a label the chart does not set (its selectors, NetworkPolicies and KubeRay match on app.kubernetes.io/name, instance, component, part-of and ray.io/*), found %s" $k $k) -}}
 {{- end -}}
 {{- end -}}
-{{- range $k := keys ($v.rayCluster.labels | default dict) | sortAlpha -}}
+{{- range $labels := list (list "rayCluster.labels" $v.rayCluster.labels) (list "rayJob.labels" $v.rayJob.labels) -}}
+{{- $path := index $labels 0 -}}
+{{- range $k := keys ((index $labels 1) | default dict) | sortAlpha -}}
 {{- if or (hasPrefix "app.kubernetes.io/" $k) (hasPrefix "helm.sh/" $k) (hasPrefix "ray.io/" $k) -}}
-{{- $e = append $e (printf "rayCluster.labels.%s: expected a label the chart does not set (app.kubernetes.io/*, helm.sh/*, ray.io/*), found %s" $k $k) -}}
+{{- $e = append $e (printf "%s.%s: expected a label the chart does not set (app.kubernetes.io/*, helm.sh/*, ray.io/*), found %s" $path $k $k) -}}
 {{- else if has $k (list "kueue.x-k8s.io/queue-name" "kueue.x-k8s.io/priority-class") -}}
-{{- $e = append $e (printf "rayCluster.labels.%s: expected scheduling.%s instead (the chart sets that label from it), found %s in rayCluster.labels" $k (ternary "kueueQueue" "kueuePriorityClass" (hasSuffix "queue-name" $k)) $k) -}}
+{{- $e = append $e (printf "%s.%s: expected scheduling.%s instead (the chart sets that label from it), found %s in %s" $path $k (ternary "kueueQueue" "kueuePriorityClass" (hasSuffix "queue-name" $k)) $k $path) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq $v.mode "rayJob") $v.secrets.rayAuth.enabled -}}
+{{- if and (include "miles.operatorVersionValid" .) (semverCompare "<1.6.0-0" $operator) -}}
+{{- $e = append $e (printf "rayCluster.operatorVersion: expected 1.6 or newer with mode rayJob and secrets.rayAuth.enabled (the operator polls the job through the token-protected dashboard with spec.authOptions, added in KubeRay 1.6), found %q" $operator) -}}
+{{- end -}}
+{{- if not (has (include "miles.rayAuthKey" .) (list "auth_token")) -}}
+{{- $e = append $e (printf "secrets.rayAuth.key: expected auth_token (or empty) with mode rayJob (KubeRay reads the token from that key of the Secret), found %q" $v.secrets.rayAuth.key) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq $v.mode "rayJob") (eq $v.submit.onChange "fail") -}}
+{{- $e = append $e "submit.onChange: expected restart with mode rayJob (a changed run is a new RayJob, and Helm deletes the old one with its cluster), found fail" -}}
 {{- end -}}
 {{- /* HyperPod's job auto-resume works through the Kubeflow training operator (PyTorchJob): on a RayCluster,
 a Job or a pod these annotations promise a recovery nothing performs */ -}}
@@ -371,7 +390,7 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- end -}}
 {{- end -}}
 {{- /* the job driver's entrypoint resources must exist on a Ray node, or the job waits for ever */ -}}
-{{- if eq $v.mode "rayCluster" -}}
+{{- if ne $v.mode "singleNode" -}}
 {{- $offered := dict "CPU" 1 "GPU" 1 "memory" 1 "gpu_node" 1 -}}
 {{- with $v.rayCluster.head.rayStartParams.resources -}}
 {{- range $k, $_ := (trimAll "'\"" (toString .) | replace "\\\"" "\"" | fromJson) }}{{ $_ := set $offered $k 1 }}{{ end -}}

@@ -47,6 +47,7 @@ from miles_hooks.steps import (
     preflight,
     prepare_data,
     report,
+    run_job,
     status,
     submit,
     verify,
@@ -171,6 +172,10 @@ def do_submit(args: argparse.Namespace) -> Output:
     return Output(submit.run(_spec(args), stop_timeout=args.stop_timeout, dry_run=args.dry_run))
 
 
+def do_run_job(args: argparse.Namespace) -> Output:
+    return Output(run_job.run(_spec(args), verify_timeout=args.verify_timeout))
+
+
 def do_status(args: argparse.Namespace) -> Output:
     kube = {"auto": None, "on": True, "off": False}[args.kube]
     result = status.collect(_spec(args), log_lines=args.lines, kube=kube)
@@ -274,6 +279,19 @@ COMMANDS: tuple[Command, ...] = (
                 help="seconds to wait for a previous job to stop on a spec change",
             ),
             option("--dry-run", action="store_true", help="print the submission id, submit nothing"),
+        ),
+    ),
+    Command(
+        "run-job",
+        "the RayJob's submitter (mode rayJob): verify, submit once under the job id, follow the job's log",
+        do_run_job,
+        (
+            option(
+                "--verify-timeout",
+                type=float,
+                default=900.0,
+                help="seconds verify may take before the run is submitted",
+            ),
         ),
     ),
     Command(

@@ -25,9 +25,9 @@ Post-install/post-upgrade steps run only in rayCluster mode; convert only for th
 {{- toJson $steps -}}
 {{- end -}}
 
-{{/* miles.hookCallsRay: "true" for the hook steps (values keys) that call the Ray Jobs API and so get the Ray token. */}}
+{{/* miles.hookCallsRay: "true" for the hook steps (values keys; `submitter` is the RayJob's submitter pod) that call the Ray Jobs API and so get the Ray token. */}}
 {{- define "miles.hookCallsRay" -}}
-{{- if has . (list "verify" "submit" "test") }}true{{ end -}}
+{{- if has . (list "verify" "submit" "submitter" "test") }}true{{ end -}}
 {{- end -}}
 
 {{/*
@@ -67,8 +67,9 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
 {{- $v := $ctx.Values -}}
 {{- $s := .step -}}
 {{- $pools := include "miles.pools" $ctx | fromJson -}}
+{{- /* the RayJob's submitter pod outlives the hook phases, and with them the hooks' own account */ -}}
 {{- $pod := dict
-  "serviceAccountName" (include "miles.hooksServiceAccountName" $ctx)
+  "serviceAccountName" (ternary (include "miles.serviceAccountName" $ctx) (include "miles.hooksServiceAccountName" $ctx) (eq $s.key "submitter"))
   "automountToken" (has $s.key (list "preflight" "waitReady" "test"))
   "restartPolicy" "Never"
   "runSpec" $s.runSpec
@@ -94,7 +95,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
   "podSecurityContext" $v.hooks.podSecurityContext
   "nodeSelector" $pools.hooks.nodeSelector
   "tolerations" $pools.hooks.tolerations
-  "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "testReport"))) -}}
+  "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "submitter" "testReport"))) -}}
 {{- if eq $s.key "prepareData" }}{{ $_ := set $pod "annotations" $v.hooks.prepareData.podAnnotations }}{{ end -}}
 {{- end -}}
 {{- include "miles.podTemplate" (dict "context" $ctx "component" (printf "hook-%s" (default $s.step $s.name)) "pod" $pod) -}}
@@ -120,6 +121,10 @@ command:
   {{- end }}
   {{- if eq $s.key "convertCheck" }}
   - --check-only
+  {{- end }}
+  {{- if eq $s.key "submitter" }}
+  - --verify-timeout
+  - {{ $v.rayJob.submitter.verifyTimeoutSeconds | toString | quote }}
   {{- end }}
   {{- if eq $s.key "testReport" }}
   - --fail-on
@@ -259,6 +264,7 @@ tests/chart checks that every template file is either listed here or named as le
   "networkpolicy/egress.yaml"
   "raycluster/raycluster.yaml"
   "raycluster/podmonitor.yaml"
+  "rayjob/rayjob.yaml"
   "dashboards/configmap.yaml"
   "single-node/job.yaml"
   "reward/deployment.yaml"
@@ -289,14 +295,14 @@ for the pod templates of the RayCluster, Jobs and Deployments (preflight dry-run
 the chart renders only.
 */}}
 {{- define "miles.dryRunResources" -}}
-{{- $plural := dict "ServiceAccount" "serviceaccounts" "StorageClass" "storageclasses" "PersistentVolume" "persistentvolumes" "PersistentVolumeClaim" "persistentvolumeclaims" "ConfigMap" "configmaps" "NetworkPolicy" "networkpolicies" "RayCluster" "rayclusters" "Job" "jobs" "Deployment" "deployments" "Service" "services" "PodDisruptionBudget" "poddisruptionbudgets" "PodMonitor" "podmonitors" "Pod" "pods" -}}
+{{- $plural := dict "ServiceAccount" "serviceaccounts" "StorageClass" "storageclasses" "PersistentVolume" "persistentvolumes" "PersistentVolumeClaim" "persistentvolumeclaims" "ConfigMap" "configmaps" "NetworkPolicy" "networkpolicies" "RayCluster" "rayclusters" "RayJob" "rayjobs" "Job" "jobs" "Deployment" "deployments" "Service" "services" "PodDisruptionBudget" "poddisruptionbudgets" "PodMonitor" "podmonitors" "Pod" "pods" -}}
 {{- $cluster := list "StorageClass" "PersistentVolume" -}}
 {{- $out := dict -}}
 {{- range $doc := splitList "\n---\n" (include "miles.dryRunManifests" .) -}}
 {{- $obj := fromYaml $doc -}}
 {{- if and $obj.kind (not (has $obj.kind $cluster)) -}}
 {{- $kinds := list $obj.kind -}}
-{{- if has $obj.kind (list "RayCluster" "Job" "Deployment") }}{{ $kinds = append $kinds "Pod" }}{{ end -}}
+{{- if has $obj.kind (list "RayCluster" "RayJob" "Job" "Deployment") }}{{ $kinds = append $kinds "Pod" }}{{ end -}}
 {{- range $kind := $kinds -}}
 {{- $group := ternary "" (regexReplaceAll "/[^/]*$" $obj.apiVersion "") (eq $kind "Pod") -}}
 {{- if not (contains "/" $obj.apiVersion) }}{{ $group = "" }}{{ end -}}

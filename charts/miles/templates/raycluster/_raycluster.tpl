@@ -16,6 +16,13 @@ enableInTreeAutoscaling: false
 upgradeStrategy:
   type: Recreate
 {{- end }}
+{{- if and (eq $v.mode "rayJob") $v.secrets.rayAuth.enabled }}
+{{- /* the operator polls a RayJob's job through the dashboard, which asks for the token: KubeRay reads it
+from this Secret's key auth_token (the pods' env already names it, so KubeRay adds none) */}}
+authOptions:
+  mode: token
+  secretName: {{ (include "miles.rayTokenRef" . | fromJson).name }}
+{{- end }}
 {{- if $rc.gcsFaultTolerance.enabled }}
 gcsFaultToleranceOptions:
   redisAddress: {{ $rc.gcsFaultTolerance.redisAddress | quote }}
@@ -185,12 +192,13 @@ ulimit -n {{ $n }} || { echo "miles: cannot raise the open-files limit to {{ $n 
 {{/*
 miles.upgradeMethod: how a Recreate upgrade is done: rayCluster.upgradeStrategy.method, or where it is
 empty `crd` for rayCluster.operatorVersion 1.6 or newer (the KubeRay release that added
-spec.upgradeStrategy) and `nameHash` below it; empty for type None. An operatorVersion that is not a
+spec.upgradeStrategy) and `nameHash` below it; empty for type None and in mode rayJob. An operatorVersion that is not a
 version counts as below 1.6 here: miles.validate names it.
 */}}
 {{- define "miles.upgradeMethod" -}}
 {{- $us := .Values.rayCluster.upgradeStrategy -}}
-{{- if eq $us.type "Recreate" -}}
+{{- /* a RayJob's cluster is replaced with its RayJob (miles.rayJobName); KubeRay refuses upgradeStrategy there */ -}}
+{{- if and (eq .Values.mode "rayCluster") (eq $us.type "Recreate") -}}
 {{- if $us.method -}}
 {{- $us.method -}}
 {{- else if and (include "miles.operatorVersionValid" .) (semverCompare ">=1.6.0-0" (toString .Values.rayCluster.operatorVersion)) -}}
@@ -261,4 +269,24 @@ workerGroupSpecs:
       {{- end }}
     template:
       {{- include "miles.podTemplateHashText" $w.template | nindent 6 }}
+{{- end -}}
+
+{{/*
+miles.rayJobName: the RayJob's name and job id (mode rayJob): rayCluster.name or the full name, then 8 hex of
+a hash of what defines the run: the cluster's spec and what the submitter submits (train arguments, runtime
+env, entrypoint resources, image, profile, entrypoint). KubeRay does not act on a changed RayJob, so a
+changed run must be a new one. At most 47 characters (KubeRay appends 6 to name the cluster it creates).
+*/}}
+{{- define "miles.rayJobName" -}}
+{{- $v := .Values -}}
+{{- $base := default (include "miles.fullname" .) $v.rayCluster.name -}}
+{{- $job := list
+  (include "miles.rayClusterSpec" .)
+  (include "miles.trainArgs" .)
+  (include "miles.runtimeEnv" .)
+  (toJson $v.submit.entrypointResources)
+  (include "miles.image" .)
+  $v.model.profile
+  $v.recipe.entrypoint -}}
+{{- printf "%s-%s" ($base | trunc 38 | trimSuffix "-") (toJson $job | sha256sum | trunc 8) -}}
 {{- end -}}

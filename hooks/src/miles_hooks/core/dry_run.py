@@ -5,9 +5,9 @@ A pod template is only turned into Pods later, by its controller (the KubeRay op
 Deployment controllers), and the admission plugins that judge Pods (Pod Security, quotas, priority
 classes, the ServiceAccount plugin) see it only then; a CRD's schema does not even apply Kubernetes' Pod
 rules (toleration shapes, requests above limits, quantities, names). So each pod template of a
-RayCluster, Job or Deployment is also sent as a Pod of its own. Every request is a server-side apply
-with dryRun=All: nothing is stored, and an object the release already holds (an upgrade) is checked as
-the update it would get.
+RayCluster, RayJob (its cluster and its submitter), Job or Deployment is also sent as a Pod of its
+own. Every request is a server-side apply with dryRun=All: nothing is stored, and an object the
+release already holds (an upgrade) is checked as the update it would get.
 """
 
 from __future__ import annotations
@@ -65,16 +65,24 @@ def _subject(obj: dict[str, Any]) -> str:
 def _pod_templates(obj: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     """(name suffix, where in the object, template) of each pod template a controller turns into Pods."""
     spec = obj.get("spec") or {}
+    if obj["kind"] == "RayJob":
+        cluster = _ray_cluster_templates(spec.get("rayClusterSpec") or {}, "spec.rayClusterSpec.")
+        submitter = [("submitter", "spec.submitterPodTemplate", spec.get("submitterPodTemplate") or {})]
+        return cluster + (submitter if spec.get("submitterPodTemplate") else [])
     if obj["kind"] == "RayCluster":
-        head = [("head", "spec.headGroupSpec.template", (spec.get("headGroupSpec") or {}).get("template"))]
-        workers = [
-            (f"worker-{i}", f"spec.workerGroupSpecs[{i}].template", g.get("template"))
-            for i, g in enumerate(spec.get("workerGroupSpecs") or [])
-        ]
-        return [(s, w, t or {}) for s, w, t in head + workers]
+        return _ray_cluster_templates(spec, "spec.")
     if obj["kind"] in WORKLOADS:
         return [("pod", "spec.template", spec.get("template") or {})]
     return []
+
+
+def _ray_cluster_templates(spec: dict[str, Any], where: str) -> list[tuple[str, str, dict[str, Any]]]:
+    head = [("head", f"{where}headGroupSpec.template", (spec.get("headGroupSpec") or {}).get("template"))]
+    workers = [
+        (f"worker-{i}", f"{where}workerGroupSpecs[{i}].template", g.get("template"))
+        for i, g in enumerate(spec.get("workerGroupSpecs") or [])
+    ]
+    return [(s, w, t or {}) for s, w, t in head + workers]
 
 
 def _template_pods(obj: dict[str, Any], created_accounts: set[str]) -> Iterator[Candidate]:

@@ -241,7 +241,10 @@ def submission_id(raw: Mapping[str, Any]) -> str:
 
     The prefix comes from ``submit.submissionIdPrefix`` (the chart renders the release fullname); the
     hash covers the release name/namespace and every job-defining field, so the same spec always maps
-    to the same id and an unchanged `helm upgrade` submits nothing.
+    to the same id and an unchanged `helm upgrade` submits nothing. In mode rayJob the id is the
+    chart's ``submit.jobId`` (the RayJob's name, which KubeRay polls; its hash is the chart's).
     """
+    if raw["submit"].get("jobId"):
+        return str(raw["submit"]["jobId"])
     prefix = str(raw["submit"]["submissionIdPrefix"])[:40].rstrip("-")
     return f"{prefix}-{job_hash(raw)[:12]}"

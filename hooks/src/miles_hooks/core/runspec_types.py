@@ -149,6 +149,7 @@ class SubmitSpec(TypedDict):
     onChange: Literal["restart", "fail"]
     entrypointResources: dict[str, float]
     submissionIdPrefix: str
+    jobId: str  # mode rayJob: the RayJob's name and the id every attempt submits under; "" otherwise
 
 
 class StorageSpec(TypedDict):
@@ -220,7 +221,7 @@ class RawSpec(TypedDict):
 
     schemaVersion: Literal[2]
     release: ReleaseSpec
-    mode: Literal["rayCluster", "singleNode"]
+    mode: Literal["rayCluster", "rayJob", "singleNode"]
     images: ImagesSpec
     rayCluster: RayClusterSpec
     topology: TopologySpec

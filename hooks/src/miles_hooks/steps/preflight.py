@@ -15,6 +15,7 @@ preflight reads the derived numbers from the run spec and checks only what needs
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 from collections.abc import Iterable
@@ -419,9 +420,30 @@ def secret_findings(found: dict[str, dict[str, Any] | None], raw: RawSpec) -> li
                     "set the secret key in values",
                 )
             )
+        elif ref["purpose"] == "rayAuth" and ref["key"] in (secret.get("untrimmed") or []):
+            out.append(
+                Finding(
+                    ERROR,
+                    subject,
+                    f"key {ref['key']!r}: expected the Ray token alone, found whitespace or a line break "
+                    "around or in it (a file written with echo, say); Ray and KubeRay send it in an HTTP "
+                    "header, which refuses that. Recreate the Secret from a value without a trailing newline "
+                    "(printf '%s' \"$TOKEN\" > token)",
+                )
+            )
         else:
             out.append(Finding(INFO, subject, f"key {ref['key']!r} present"))
     return out
+
+
+def clean_token(encoded: str | None) -> bool:
+    """Whether a Secret's base64 ``data`` value is one printable token without whitespace (an HTTP header
+    value as Go's net/http accepts it, which KubeRay sends)."""
+    try:
+        value = base64.b64decode(encoded or "", validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return bool(value) and all(33 <= ord(c) <= 126 for c in value)
 
 
 def prometheus_findings(service_exists: bool, raw: RawSpec) -> list[Finding]:
@@ -517,8 +539,16 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
         secret = kube.optional(
             f"reading secret/{name}", functools.partial(core.read_namespaced_secret, name, ns)
         )
-        # keep only key names: values never leave this function
-        found[name] = None if secret is None else {"data": dict.fromkeys((secret.data or {}).keys(), "")}
+        # keep only key names, and which values are not a clean single token: values never leave this function
+        data = (secret.data or {}) if secret is not None else {}
+        found[name] = (
+            None
+            if secret is None
+            else {
+                "data": dict.fromkeys(data.keys(), ""),
+                "untrimmed": sorted(k for k, v in data.items() if not clean_token(v)),
+            }
+        )
     findings.extend(secret_findings(found, raw))
 
     if raw["checks"]["apiDryRun"]:
