@@ -43,7 +43,7 @@ def test_schema_is_strict_draft7() -> None:
         ),
         (
             lambda r: r.__setitem__("mode", "k8s"),
-            'mode: expected one of "rayCluster", "singleNode", found "k8s"',
+            'mode: expected one of "rayCluster", "rayJob", "singleNode", found "k8s"',
         ),
         (lambda r: r["model"].pop("hfPath"), "model: required field(s) hfPath missing"),
         (

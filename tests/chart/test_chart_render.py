@@ -84,6 +84,9 @@ EXPECTED = {
 # put first: the scenario file after it wins the run shape
 EXPECTED["moe + hyperpod"] = EXPECTED["moe"]
 EXPECTED["local-testbed + colocated"] = EXPECTED["colocated"]
+# the rayJob overlay changes how the run is owned, not its shape
+EXPECTED["rayjob"] = {"workerReplicas": 1, "clusterGpus": 8}
+EXPECTED["moe + rayjob"] = EXPECTED["moe"]
 
 
 def train_job(documents):
@@ -102,8 +105,11 @@ def test_scenario_renders(helm, scenario):
     documents = docs(render(helm, scenario))
     kinds = {d["kind"] for d in documents}
     assert "ConfigMap" in kinds
-    if "single-node" in scenario:
+    mode = run_spec(documents)["mode"]
+    if mode == "singleNode":
         assert "RayCluster" not in kinds and train_job(documents)
+    elif mode == "rayJob":  # the RayJob owns its cluster: KubeRay creates the RayCluster
+        assert "RayCluster" not in kinds and len(find(documents, "RayJob")) == 1
     else:
         assert len(find(documents, "RayCluster")) == 1
 
@@ -141,10 +147,15 @@ def test_derived_topology(scenario):
     engines = t["rolloutGpus"] // t["rolloutGpusPerEngine"]
     per_worker = t["gpusPerWorker"] // t["rolloutGpusPerEngine"]
     assert t["rolloutEngines"] == engines and t["enginesPerWorker"] == per_worker
-    if spec["mode"] == "rayCluster":
+    if spec["mode"] in ("rayCluster", "rayJob"):
         want = t["actorNodes"] + (0 if t["colocate"] else math.ceil(engines / per_worker))
         assert t["workerReplicas"] == want
-        (rc,) = find(documents, "RayCluster")
+        if spec["mode"] == "rayJob":  # the cluster KubeRay makes from the RayJob's spec.rayClusterSpec
+            (job,) = find(documents, "RayJob")
+            rc = {"metadata": job["metadata"], "spec": job["spec"]["rayClusterSpec"]}
+            assert job["spec"]["jobId"] == job["metadata"]["name"] == spec["submit"]["jobId"]
+        else:
+            (rc,) = find(documents, "RayCluster")
         (group,) = rc["spec"]["workerGroupSpecs"]
         assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == t["workerReplicas"]
         assert group["rayStartParams"]["num-gpus"] == str(t["gpusPerWorker"])

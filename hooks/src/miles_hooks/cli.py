@@ -173,7 +173,11 @@ def do_submit(args: argparse.Namespace) -> Output:
 
 
 def do_run_job(args: argparse.Namespace) -> Output:
-    return Output(run_job.run(_spec(args), verify_timeout=args.verify_timeout))
+    attempt = run_job.attempt(_spec(args), dict(os.environ))
+    if not attempt.submitted:
+        verify.run(attempt.spec, timeout=args.verify_timeout)
+    submitted = submit.run(attempt.spec)
+    return Output({**run_job.follow_to_end(attempt), "created": submitted["created"]})
 
 
 def do_status(args: argparse.Namespace) -> Output:

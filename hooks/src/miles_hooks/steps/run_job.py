@@ -14,6 +14,8 @@ Ray pods do not carry: it never has an endpoint.) The steps:
 3. ``submit`` under the id; on a new attempt ``--load`` resumes from the latest checkpoint.
 4. The job's log until it ends. Its outcome is KubeRay's to read from Ray: a job that failed ends this pod
    with 0, and KubeRay retries the run; only a submission that could not be made exits non-zero.
+
+Steps never import each other: the command line strings this module's parts with verify's and submit's.
 """
 
 from __future__ import annotations
@@ -21,13 +23,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import os
 from typing import Any
 
 from miles_hooks.core import log, rayjobs
 from miles_hooks.core.errors import BadInput, CheckFailed
 from miles_hooks.core.runspec import RunSpec
-from miles_hooks.steps import submit, verify
 
 LOG = log.get("run-job")
 
@@ -85,36 +85,44 @@ def follow(cl: Any, sid: str) -> str:
     return rayjobs.wait_terminal(cl, sid, timeout=float("inf"))
 
 
-def run(spec: RunSpec, verify_timeout: float, environ: dict[str, str] | None = None) -> dict[str, Any]:
-    env = dict(os.environ) if environ is None else environ
-    sid = job_id(spec, env)
-    spec = on_attempt_cluster(spec, env)
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """This attempt's spec (its cluster's dashboard), the job id, and whether the job is already there."""
+
+    spec: RunSpec
+    submission_id: str
+    submitted: bool
+
+
+def attempt(spec: RunSpec, environ: dict[str, str]) -> Attempt:
+    sid = job_id(spec, environ)
+    spec = on_attempt_cluster(spec, environ)
     LOG.info(
         "this attempt's cluster", extra={"fields": {"dashboard": spec.dashboard_url, "submission_id": sid}}
     )
-    cl = rayjobs.client(spec.dashboard_url)
-    existing = rayjobs.get_job(cl, sid)
+    existing = rayjobs.get_job(rayjobs.client(spec.dashboard_url), sid)
     if existing is None:
         LOG.info("checking the cluster before the run", extra={"fields": {"submission_id": sid}})
-        verify.run(spec, timeout=verify_timeout)
     else:
         LOG.info(
             "the job is already on this cluster (a retried submitter): following it",
             extra={"fields": {"submission_id": sid, "state": rayjobs.status_name(existing.status)}},
         )
-    submitted = submit.run(spec)
-    LOG.info("following the job's log", extra={"fields": {"submission_id": sid}})
-    state = follow(cl, sid)
-    job = rayjobs.get_job(cl, sid)
+    return Attempt(spec, sid, existing is not None)
+
+
+def follow_to_end(run: Attempt) -> dict[str, Any]:
+    """The job's log until it ends; its final state and Ray's message."""
+    cl = rayjobs.client(run.spec.dashboard_url)
+    LOG.info("following the job's log", extra={"fields": {"submission_id": run.submission_id}})
+    state = follow(cl, run.submission_id)
+    job = rayjobs.get_job(cl, run.submission_id)
     message = str(getattr(job, "message", "") or "")
-    LOG.info(
-        "the job ended"
-        + (
-            ""
-            if state == "SUCCEEDED"
-            else "; KubeRay retries a failed run on a new cluster "
-            "(rayJob.backoffLimit), resuming from the latest checkpoint"
-        ),
-        extra={"fields": {"submission_id": sid, "state": state, "message": message[:300]}},
+    retried = (
+        "; KubeRay retries a failed run on a new cluster (rayJob.backoffLimit), from the latest checkpoint"
     )
-    return {"submissionId": sid, "created": submitted["created"], "state": state, "message": message}
+    LOG.info(
+        "the job ended" + ("" if state == "SUCCEEDED" else retried),
+        extra={"fields": {"submission_id": run.submission_id, "state": state, "message": message[:300]}},
+    )
+    return {"submissionId": run.submission_id, "state": state, "message": message}
