@@ -111,8 +111,13 @@ def render(spec: RunSpec) -> str:
         f"image       {raw['images']['miles']}"
         + ("  (rolling tag: pin a digest)" if raw["images"]["milesRollingTag"] else "")
     )
+    where = (
+        "each attempt's own RayCluster (RayJob, KubeRay retries)"
+        if raw["mode"] == "rayJob"
+        else raw["rayCluster"]["dashboardUrl"]
+    )
     lines.append(
-        f"job         {spec.submission_id()} on {raw['rayCluster']['dashboardUrl']}, resources "
+        f"job         {spec.submission_id()} on {where}, resources "
         f"{raw['submit']['entrypointResources']}, on change: {raw['submit']['onChange']}"
     )
     lines.append(
