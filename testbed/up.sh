@@ -95,7 +95,7 @@ start_proc pod-runner "$root/.venv/bin/python" -m miles_testbed.pod_runner --kub
   --work-dir "$CLUSTER_DIR/runner" --hooks-image-regex "$HOOKS_IMAGE_REGEX" \
   --ray-temp-dir "$RAY_TMP" --node-netns "$node_netns" --node-ip "$node_ip" --max-ray-workers "$MAX_RAY_WORKERS" --ray-worker-cpus "$RAY_WORKER_CPUS" \
   --ray-worker-port-base "$RAY_WORKER_PORT_BASE" --ray-worker-venv-bin "$tools/ray-worker-venv/bin" --fake-miles "$fake_miles" \
-  --storage-map "$STORAGE_MOUNT_PATH=$FSX_DIR"
+  --storage-map "$STORAGE_MOUNT_PATH=$FSX_DIR" --host-path "$root"
 start_proc kube-controller-manager "$bin/kube-controller-manager" \
   --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
   --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \

@@ -4,6 +4,7 @@ joins them to real heads through the real API server)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -180,3 +181,48 @@ def test_a_worker_has_its_own_tmp_and_leaves_nothing_in_the_hosts(tmp_path: Path
         assert not Path("/tmp", marker).exists()
     finally:
         subprocess.run(["ip", "netns", "del", netns], check=False)
+
+
+@pytest.mark.skipif(not can_make_namespaces(), reason="needs root and network, PID and mount namespaces")
+def test_a_checkout_in_the_hosts_tmp_stays_visible_under_the_workers_own_tmp(tmp_path: Path) -> None:
+    """A checkout cloned into the host's /tmp holds the Ray venv the worker runs: the worker's own /tmp must
+    not hide it (it did: `ray` was "No such file or directory" and no worker started), while what the worker
+    writes to /tmp still lands in its own."""
+    netns = f"miles-unit-{uuid.uuid4().hex[:8]}"
+    checkout, own_tmp = tmp_path / "clone", tmp_path / "ray" / "worker-0"
+    (checkout / "bin").mkdir(parents=True)
+    (checkout / "bin" / "ray").write_text("#!/bin/sh\necho ray-from-the-checkout\n")
+    (checkout / "bin" / "ray").chmod(0o755)
+    own_tmp.mkdir(parents=True)
+    settings = ray_workers.WorkerSettings(
+        node_netns=netns,
+        node_ip="10.250.10.2",
+        temp_dir=str(own_tmp.parent),
+        binds=[],
+        work_dir=tmp_path,
+        venv_bin=checkout / "bin",
+        cpus=2,
+        limit=1,
+        port_base=12000,
+        host_paths=[str(checkout)],
+    )
+    binds = ray_workers.tmp_binds(settings, own_tmp)
+    assert binds[-1] == (str(own_tmp), "/tmp")  # the worker's /tmp, last
+    marker = f"scratch-{uuid.uuid4().hex}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        script = f'"$1"/bin/ray && mkdir /tmp/{marker}'
+        out = subprocess.run(
+            [*ray_workers.pod_like(netns, binds), "sh", "-c", script, "sh", str(checkout)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+        assert out.strip() == "ray-from-the-checkout"
+        assert (own_tmp / marker).is_dir() and not Path("/tmp", marker).exists()
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False)
+    # a checkout outside the host's /tmp needs nothing
+    outside = dataclasses.replace(settings, host_paths=["/work/checkout"])
+    assert ray_workers.tmp_binds(outside, own_tmp) == [(str(own_tmp), "/tmp")]

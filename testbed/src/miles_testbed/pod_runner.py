@@ -72,6 +72,14 @@ def parser() -> argparse.ArgumentParser:
         help="the shared storage's mount path and its local dir, bound there for the Ray worker nodes (the "
         "worker pods mount the claim); repeatable",
     )
+    ap.add_argument(
+        "--host-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a dir the Ray worker nodes reach by its host path (the checkout: the Ray and contract venvs), "
+        "kept visible when it lies in the host's /tmp, which a worker's own /tmp hides; repeatable",
+    )
     ap.add_argument("--log-level", default="INFO")
     return ap
 
@@ -105,6 +113,9 @@ def settings(args: argparse.Namespace) -> tuple[RunnerSettings, WorkerSettings]:
     # image carries (FAKE_MILES=0: none, and the submitted jobs fail)
     if args.fake_miles:
         binds.append((str(Path(args.fake_miles).resolve()), "/root/miles"))
+    for path in args.host_path:
+        if not Path(path).is_absolute() or not Path(path).is_dir():
+            raise ArgumentError(f"--host-path: expected an absolute path of a dir, got {path!r}")
     work_dir = args.work_dir.resolve()
     workers = WorkerSettings(
         node_netns=args.node_netns,
@@ -116,6 +127,7 @@ def settings(args: argparse.Namespace) -> tuple[RunnerSettings, WorkerSettings]:
         cpus=args.ray_worker_cpus,
         limit=args.max_ray_workers,
         port_base=args.ray_worker_port_base,
+        host_paths=[str(Path(p).resolve()) for p in args.host_path],
     )
     return RunnerSettings(args.kubeconfig, work_dir, hooks_image), workers
 

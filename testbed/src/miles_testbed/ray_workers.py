@@ -27,7 +27,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -113,7 +113,8 @@ def pod_like(netns: str, binds: list[tuple[str, str]]) -> list[str]:
     the command: PID 1 ignores a SIGTERM it has no handler for (``ray start --block`` has none), so the shell
     passes SIGTERM on and waits; when it exits, the kernel ends whatever of the namespace is left, as when a
     container stops."""
-    mounts = "".join(f"mount --bind {shlex.quote(src)} {shlex.quote(dst)} || exit 1; " for src, dst in binds)
+    # recursive, as the kubelet binds a hostPath: what is mounted under a source comes along
+    mounts = "".join(f"mount --rbind {shlex.quote(src)} {shlex.quote(dst)} || exit 1; " for src, dst in binds)
     script = (
         mounts + '"$@" & child=$!; trap "kill -TERM $child" TERM; wait $child; rc=$?; wait $child; exit $rc'
     )
@@ -145,6 +146,21 @@ class WorkerSettings:
     cpus: int  # CPUs a worker advertises at most
     limit: int  # workers at most (each raylet costs ~200 MB); beyond that the pod is only simulated
     port_base: int  # first port of the workers' port ranges (100 per worker)
+    # dirs the workers' processes reach by their host path (the checkout with the Ray and contract venvs)
+    host_paths: list[str] = field(default_factory=list)
+
+
+def tmp_binds(s: WorkerSettings, tmp: Path) -> list[tuple[str, str]]:
+    """The binds that give a worker ``tmp`` as its /tmp, last of all (a volume's source may lie under the
+    host's /tmp). A host path the worker reaches that lies in the host's /tmp (a checkout cloned there) is
+    first bound at the same place inside ``tmp``, so the worker's own /tmp does not hide it."""
+    out = []
+    for path in s.host_paths:
+        if Path(path).is_relative_to("/tmp"):
+            inside = tmp / Path(path).relative_to("/tmp")
+            inside.mkdir(parents=True, exist_ok=True)
+            out.append((path, str(inside)))
+    return [*out, (str(tmp), "/tmp")]
 
 
 def worker_tmp(s: WorkerSettings, slot: int) -> Path:
@@ -301,8 +317,7 @@ class RayWorkers:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         tmp.chmod(0o1777)
-        # /tmp last: a volume's source may lie under the host's /tmp
-        binds = [*self.s.binds, (str(tmp), "/tmp")]
+        binds = [*self.s.binds, *tmp_binds(self.s, tmp)]
         with open(log_path, "ab") as log:
             p = subprocess.Popen(
                 [*pod_like(self.s.node_netns, binds), *ray_start_argv(self.s, pod, address, slot)],
