@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -120,75 +121,77 @@ def can_make_namespaces() -> bool:
     )
 
 
+@pytest.fixture
+def netns() -> Iterator[str]:
+    """A network namespace of the test's own, standing in for the real node's."""
+    name = f"miles-unit-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
 @pytest.mark.skipif(not can_make_namespaces(), reason="needs root and network, PID and mount namespaces")
-def test_a_ray_worker_node_runs_as_a_container_would(tmp_path: Path) -> None:
+def test_a_ray_worker_node_runs_as_a_container_would(tmp_path: Path, netns: str) -> None:
     """pod_like: the node's network namespace, a PID namespace of its own (the host's processes are not
     listed) and the pod's volumes bound at their mount paths, only there."""
-    netns = f"miles-unit-{uuid.uuid4().hex[:8]}"
     volume, mount_point = tmp_path / "fsx-local", tmp_path / "fsx"
     volume.mkdir()
     mount_point.mkdir()
     (volume / "spec.json").write_text("{}")
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    try:
-        script = 'cat "$1"/spec.json; echo; echo "$$"; ls /proc | grep -c "^[0-9]"; ip -o link show | wc -l'
-        argv = [*ray_workers.pod_like(netns, [(str(volume), str(mount_point))]), "sh", "-c", script, "sh"]
-        out = subprocess.run(
-            [*argv, str(mount_point)], capture_output=True, text=True, check=True, timeout=30
-        ).stdout.split("\n")
-        assert out[0] == "{}"  # the volume, at its mount path
-        # a PID namespace of its own (pod_like's shell is PID 1 there) with its own /proc: a handful of
-        # processes (the shells, ls, grep), not the host's hundreds
-        assert int(out[1]) < 10 and int(out[2]) < 10, out
-        assert int(out[3]) == 1, out  # the node's namespace: here a fresh one, with lo alone
-        assert not (mount_point / "spec.json").exists()  # bound inside that mount namespace only
-        failed = subprocess.run(
-            [*ray_workers.pod_like(netns, [(str(tmp_path / "absent"), str(mount_point))]), "true"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=30,
-        )
-        assert failed.returncode == 1, failed  # a volume that cannot be bound: the container does not start
-    finally:
-        subprocess.run(["ip", "netns", "del", netns], check=False)
+    script = 'cat "$1"/spec.json; echo; echo "$$"; ls /proc | grep -c "^[0-9]"; ip -o link show | wc -l'
+    argv = [*ray_workers.pod_like(netns, [(str(volume), str(mount_point))]), "sh", "-c", script, "sh"]
+    out = subprocess.run(
+        [*argv, str(mount_point)], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.split("\n")
+    assert out[0] == "{}"  # the volume, at its mount path
+    # a PID namespace of its own (pod_like's shell is PID 1 there) with its own /proc: a handful of
+    # processes (the shells, ls, grep), not the host's hundreds
+    assert int(out[1]) < 10 and int(out[2]) < 10, out
+    assert int(out[3]) == 1, out  # the node's namespace: here a fresh one, with lo alone
+    assert not (mount_point / "spec.json").exists()  # bound inside that mount namespace only
+    failed = subprocess.run(
+        [*ray_workers.pod_like(netns, [(str(tmp_path / "absent"), str(mount_point))]), "true"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert failed.returncode == 1, failed  # a volume that cannot be bound: the container does not start
 
 
 @pytest.mark.skipif(not can_make_namespaces(), reason="needs root and network, PID and mount namespaces")
-def test_a_worker_has_its_own_tmp_and_leaves_nothing_in_the_hosts(tmp_path: Path) -> None:
+def test_a_worker_has_its_own_tmp_and_leaves_nothing_in_the_hosts(tmp_path: Path, netns: str) -> None:
     """Bound last, the worker's own /tmp takes what the worker and its jobs write there (a driver killed
     before its cleanup included), while a volume whose source lies under the host's /tmp is still bound."""
-    netns = f"miles-unit-{uuid.uuid4().hex[:8]}"
     # the volume's source lies under the host's /tmp (tmp_path), its mount point outside it, as /fsx does
     own_tmp, volume, mount_point = tmp_path / "worker-0", tmp_path / "fsx-local", Path("/mnt")
     for d in (own_tmp, volume):
         d.mkdir()
     (volume / "spec.json").write_text("{}")
     marker = f"scratch-{uuid.uuid4().hex}"
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    try:
-        binds = [(str(volume), str(mount_point)), (str(own_tmp), "/tmp")]
-        script = f'mkdir /tmp/{marker} && cat "$1"/spec.json'
-        out = subprocess.run(
-            [*ray_workers.pod_like(netns, binds), "sh", "-c", script, "sh", str(mount_point)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        ).stdout
-        assert out == "{}"
-        assert (own_tmp / marker).is_dir()
-        assert not Path("/tmp", marker).exists()
-    finally:
-        subprocess.run(["ip", "netns", "del", netns], check=False)
+    binds = [(str(volume), str(mount_point)), (str(own_tmp), "/tmp")]
+    script = f'mkdir /tmp/{marker} && cat "$1"/spec.json'
+    out = subprocess.run(
+        [*ray_workers.pod_like(netns, binds), "sh", "-c", script, "sh", str(mount_point)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    assert out == "{}"
+    assert (own_tmp / marker).is_dir()
+    assert not Path("/tmp", marker).exists()
 
 
 @pytest.mark.skipif(not can_make_namespaces(), reason="needs root and network, PID and mount namespaces")
-def test_a_checkout_in_the_hosts_tmp_stays_visible_under_the_workers_own_tmp(tmp_path: Path) -> None:
+def test_a_checkout_in_the_hosts_tmp_stays_visible_under_the_workers_own_tmp(
+    tmp_path: Path, netns: str
+) -> None:
     """A checkout cloned into the host's /tmp holds the Ray venv the worker runs: the worker's own /tmp must
     not hide it (it did: `ray` was "No such file or directory" and no worker started), while what the worker
     writes to /tmp still lands in its own."""
-    netns = f"miles-unit-{uuid.uuid4().hex[:8]}"
     checkout, own_tmp = tmp_path / "clone", tmp_path / "ray" / "worker-0"
     (checkout / "bin").mkdir(parents=True)
     (checkout / "bin" / "ray").write_text("#!/bin/sh\necho ray-from-the-checkout\n")
@@ -209,20 +212,16 @@ def test_a_checkout_in_the_hosts_tmp_stays_visible_under_the_workers_own_tmp(tmp
     binds = ray_workers.tmp_binds(settings, own_tmp)
     assert binds[-1] == (str(own_tmp), "/tmp")  # the worker's /tmp, last
     marker = f"scratch-{uuid.uuid4().hex}"
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    try:
-        script = f'"$1"/bin/ray && mkdir /tmp/{marker}'
-        out = subprocess.run(
-            [*ray_workers.pod_like(netns, binds), "sh", "-c", script, "sh", str(checkout)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        ).stdout
-        assert out.strip() == "ray-from-the-checkout"
-        assert (own_tmp / marker).is_dir() and not Path("/tmp", marker).exists()
-    finally:
-        subprocess.run(["ip", "netns", "del", netns], check=False)
+    script = f'"$1"/bin/ray && mkdir /tmp/{marker}'
+    out = subprocess.run(
+        [*ray_workers.pod_like(netns, binds), "sh", "-c", script, "sh", str(checkout)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    assert out.strip() == "ray-from-the-checkout"
+    assert (own_tmp / marker).is_dir() and not Path("/tmp", marker).exists()
     # a checkout outside the host's /tmp needs nothing
     outside = dataclasses.replace(settings, host_paths=["/work/checkout"])
     assert ray_workers.tmp_binds(outside, own_tmp) == [(str(own_tmp), "/tmp")]
