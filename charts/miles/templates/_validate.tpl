@@ -300,7 +300,7 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- if and (include "miles.operatorVersionValid" .) (semverCompare "<1.6.0-0" $operator) -}}
 {{- $e = append $e (printf "rayCluster.operatorVersion: expected 1.6 or newer with mode rayJob and secrets.rayAuth.enabled (the operator polls the job through the token-protected dashboard with spec.authOptions, added in KubeRay 1.6), found %q" $operator) -}}
 {{- end -}}
-{{- if not (has (include "miles.rayAuthKey" .) (list "auth_token")) -}}
+{{- if ne (include "miles.rayAuthKey" .) "auth_token" -}}
 {{- $e = append $e (printf "secrets.rayAuth.key: expected auth_token (or empty) with mode rayJob (KubeRay reads the token from that key of the Secret), found %q" $v.secrets.rayAuth.key) -}}
 {{- end -}}
 {{- end -}}
