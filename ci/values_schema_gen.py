@@ -348,6 +348,7 @@ OVERRIDES = {
     "scheduling.kueuePriorityClass": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
     "networkPolicy.extraFrom": {"$ref": "#/definitions/networkPolicyPeers"},
     "networkPolicy.metricsFrom": {"$ref": "#/definitions/networkPolicyPeers"},
+    "networkPolicy.operatorFrom": {"$ref": "#/definitions/networkPolicyPeers"},
     "serviceAccount.name": {
         "type": "string",
         "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",

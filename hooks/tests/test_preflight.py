@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from hooks_testlib import base_spec, ray_token_ref
+from miles_hooks.core import ray_token
 from miles_hooks.core.quantity import parse_count
 from miles_hooks.steps import preflight as pf
 
@@ -208,6 +209,16 @@ def test_an_absent_ray_token_secret_is_created_not_refused_but_a_named_one_must_
     raw["secrets"] = [ray_token_ref(generate=True)]
     (keyless,) = pf.secret_findings({"rt-ray-auth": {"data": {"other": ""}}}, raw)
     assert keyless.level == pf.ERROR and "has no key 'token'" in keyless.message  # never rewritten
+
+
+def test_a_generated_token_under_the_earlier_key_is_not_refused_but_copied_to_kuberays_key() -> None:
+    raw = base_spec()
+    raw["secrets"] = [ray_token_ref(key="auth_token", generate=True)]
+    labels = ray_token.generated_labels(raw)
+    (earlier,) = pf.secret_findings({"rt-ray-auth": {"data": {"token": ""}, "labels": labels}}, raw)
+    assert earlier.level == pf.INFO and "added under 'auth_token'" in earlier.message
+    (users,) = pf.secret_findings({"rt-ray-auth": {"data": {"token": ""}, "labels": {}}}, raw)
+    assert users.level == pf.ERROR and "has no key 'auth_token'" in users.message
 
 
 def test_a_ray_token_with_a_line_break_is_refused_without_showing_it() -> None:

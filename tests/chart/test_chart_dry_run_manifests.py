@@ -63,14 +63,20 @@ def test_the_dry_run_role_grants_apply_on_each_namespaced_kind(scenario: str) ->
     rendered = docs(render("helm4", scenario))
     (role,) = find(rendered, "Role", f"{RELEASE}-hooks-preflight")
     dry_run_rules = [rule for rule in role["rules"] if rule["verbs"] == ["create", "patch"]]
-    # the other rules: preflight's reads, and creating the Ray token Secret when the chart names it
+    # the other rules: preflight's reads, and creating the Ray token Secret when the chart names it (and
+    # adding KubeRay's key to that one Secret)
     others = [r for r in role["rules"] if r not in dry_run_rules]
-    reads = [r for r in others if r.get("resourceNames") or r["resources"] != ["secrets"]]
-    assert all(r["verbs"] == ["get"] for r in reads)
     (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
-    generated = any(ref.get("generate") for ref in json.loads(hook_copy["data"]["run.json"])["secrets"])
-    token_rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}
-    assert (token_rule in others) == generated
+    to_generate = [ref for ref in json.loads(hook_copy["data"]["run.json"])["secrets"] if ref.get("generate")]
+    token_rules = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]
+    token_rules += [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [ref["name"]], "verbs": ["patch"]}
+        for ref in to_generate
+        if ref["key"] == "auth_token"
+    ]
+    assert all(r in others for r in token_rules) == bool(to_generate)
+    reads = [r for r in others if r not in token_rules]
+    assert all(r["verbs"] == ["get"] for r in reads), reads
     granted = {(g, r) for rule in dry_run_rules for g in rule["apiGroups"] for r in rule["resources"]}
     for obj in dry_run_objects(rendered):
         if obj["kind"] in ("StorageClass", "PersistentVolume"):

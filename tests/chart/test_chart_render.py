@@ -269,14 +269,26 @@ def test_ray_ports_stay_inside_the_release(scenario):
         ]
     }
     assert np["spec"]["podSelector"] == ray_pods
-    # every port only from the release's own Ray pods; anything else of the release to named ports only
+    # every port only from the release's own Ray pods; anything else of the release to named ports only;
+    # in mode rayJob the KubeRay operator too, which polls the job, to the dashboard port alone
+    operator = {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/component": "kuberay-operator"}},
+    }
+    rayjob = bool(find(documents, "RayJob"))
     every_port, *named_ports = np["spec"]["ingress"]
     assert every_port == {"from": [{"podSelector": ray_pods}]}
+    operator_admitted = False
     for rule in named_ports:
         assert rule["ports"], rule
         for peer in rule["from"]:
+            if rayjob and peer == operator:
+                assert rule["ports"] == [{"port": 8265, "protocol": "TCP"}], rule
+                operator_admitted = True
+                continue
             assert list(peer) == ["podSelector"], peer  # no namespaceSelector, no ipBlock
             assert peer["podSelector"]["matchExpressions"][:2] == release
+    assert operator_admitted == rayjob
 
 
 def test_kube_version_pin_satisfies_chart_yaml():

@@ -3,7 +3,9 @@
 With the default values preflight creates the token Secret itself (a hook pod, with the release's own
 RBAC, against the real API server): once, with a random token that appears in no manifest, no Helm
 release and no log, and never rewritten by an upgrade; the release's Ray head (a container on the real node)
-runs with it and refuses a job without it. The other e2e installs name the testbed's token Secret through
+runs with it and refuses a job without it. The install uses the key earlier chart versions generated
+(`token`); the upgrade to the default key has preflight add KubeRay's `auth_token`, same value, and the
+real KubeRay takes the cluster's `authOptions`. The other e2e installs name the testbed's token Secret through
 values-local-testbed.yaml; only preflight of the hooks runs here (the lifecycle test covers the others).
 """
 
@@ -27,6 +29,8 @@ GENERATED = [
     *(arg for step in ("prepareData", "convert", "convertCheck", "waitReady", "verify", "submit")
       for arg in ("--set", f"hooks.{step}.enabled=false")),
 ]  # fmt: skip
+# the key preflight generated the token under before the chart declared it to KubeRay (authOptions)
+EARLIER_KEY = ["--set", "secrets.rayAuth.key=token"]
 
 
 def token_secret(ns: str) -> dict[str, Any]:
@@ -55,6 +59,33 @@ def submit_status(ns: str, token: str | None) -> int | None:
         return None
 
 
+def head_pods(ns: str) -> list[dict[str, Any]]:
+    return list(tb.kget("pods", ns, selector="ray.io/node-type=head")["items"])
+
+
+def new_head(ns: str, before: set[str]) -> dict[str, Any] | None:
+    """The head pod that replaced those in ``before``, once it is Ready and they are gone."""
+    pods = head_pods(ns)
+    if any(p["metadata"]["uid"] in before for p in pods):
+        return None
+    ready = [
+        p
+        for p in pods
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    ]
+    return ready[0] if ready else None
+
+
+def jobs_status(ns: str, token: str) -> int | None:
+    try:
+        with urllib.request.urlopen(tb.ray_request(ns, "/api/jobs/", token=token), timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
 def files_containing(text: str) -> list[str]:
     runner = tb.CLUSTER_DIR / "runner"
     return [str(p) for p in runner.rglob("*") if p.is_file() and text in p.read_text(errors="replace")]
@@ -64,7 +95,7 @@ def test_preflight_creates_the_ray_token_secret_once_and_shows_it_nowhere(namesp
     ns = namespace
     assert tb.kubectl("-n", ns, "get", "secret", f"{RELEASE}-miles-ray-auth", check=False).rc != 0
 
-    tb.deploy("helm4", "install", RELEASE, ns, VALUES, *GENERATED)
+    tb.deploy("helm4", "install", RELEASE, ns, VALUES, *GENERATED, *EARLIER_KEY)
     secret = token_secret(ns)
     token = base64.b64decode(secret["data"]["token"]).decode()
     assert len(token) == 43, "expected 32 random bytes, URL-safe"
@@ -94,10 +125,29 @@ def test_preflight_creates_the_ray_token_secret_once_and_shows_it_nowhere(namesp
         assert r.status == 200
         assert b"echo pwned" not in r.read()
 
-    # an upgrade keeps it: preflight never rewrites an existing Secret
+    assert "authOptions" not in cluster["spec"]  # a key KubeRay does not read: the pods' env alone
+
+    # an upgrade keeps it: preflight never rewrites an existing token. Under the default key it adds KubeRay's
+    # key beside the earlier one, the same value, and the RayCluster declares the Secret to KubeRay
+    before = {p["metadata"]["uid"] for p in head_pods(ns)}
     tb.deploy("helm4", "upgrade", RELEASE, ns, VALUES, *GENERATED)
-    assert token_secret(ns)["metadata"]["uid"] == secret["metadata"]["uid"]
-    assert base64.b64decode(token_secret(ns)["data"]["token"]).decode() == token
+    kept = token_secret(ns)
+    assert kept["metadata"]["uid"] == secret["metadata"]["uid"]
+    assert {k: base64.b64decode(v).decode() for k, v in kept["data"].items()} == {
+        "token": token,
+        "auth_token": token,
+    }
+    (cluster,) = tb.kget("rayclusters.ray.io", ns)["items"]
+    assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": f"{RELEASE}-miles-ray-auth"}
+    # the real KubeRay accepts it and recreates the head, which takes the token from KubeRay's key
+    head = tb.wait_until(
+        "a recreated Ray head to be Ready", lambda: new_head(ns, before), timeout=300, interval=2
+    )
+    env = {e["name"]: e for e in head["spec"]["containers"][0]["env"]}
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "auth_token"
+    code = tb.wait_until("its dashboard to answer", lambda: submit_status(ns, None), timeout=180, interval=2)
+    assert code == 401
+    assert jobs_status(ns, token) == 200
 
     # uninstall leaves it (documented), like a kept storage claim
     tb.helm("helm4", "uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "3m")

@@ -237,9 +237,30 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- toJson $refs -}}
 {{- end -}}
 
-{{/* miles.rayAuthKey: the Ray token's key in its Secret: secrets.rayAuth.key, or auth_token (KubeRay's key) in mode rayJob and token otherwise. */}}
+{{/*
+miles.kuberayReadsRayAuth: "true" where KubeRay can be told the Ray token (spec.authOptions with
+secretName, KubeRay 1.6 or newer): Ray auth on and Ray run by KubeRay (not mode singleNode).
+*/}}
+{{- define "miles.kuberayReadsRayAuth" -}}
+{{- $v := .Values -}}
+{{- if and $v.secrets.rayAuth.enabled (ne $v.mode "singleNode") (include "miles.operatorVersionValid" .) -}}
+{{- if semverCompare ">=1.6.0-0" (toString $v.rayCluster.operatorVersion) }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* miles.rayAuthKey: the Ray token's key in its Secret: secrets.rayAuth.key, or auth_token (the key KubeRay reads) where KubeRay can read it, else token. */}}
 {{- define "miles.rayAuthKey" -}}
-{{- default (ternary "auth_token" "token" (eq .Values.mode "rayJob")) .Values.secrets.rayAuth.key -}}
+{{- default (ternary "auth_token" "token" (eq (include "miles.kuberayReadsRayAuth" .) "true")) .Values.secrets.rayAuth.key -}}
+{{- end -}}
+
+{{/*
+miles.rayAuthOptions: "true" when the RayCluster declares its token to KubeRay (spec.authOptions): where
+KubeRay can read it and the token sits under its key. The pods' env names the token either way, so
+KubeRay adds none; without authOptions KubeRay just does not know the cluster asks for a token (mode
+rayJob requires it: miles.validate).
+*/}}
+{{- define "miles.rayAuthOptions" -}}
+{{- if and (include "miles.kuberayReadsRayAuth" .) (eq (include "miles.rayAuthKey" .) "auth_token") }}true{{ end -}}
 {{- end -}}
 
 {{/*

@@ -463,8 +463,9 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- end -}}
 {{- /* an extra ingress peer that admits everyone undoes the policy silently: the API accepts it, and every Ray port (job submission included), the metrics ports or the reward service would answer any pod or address */ -}}
 {{- if $v.networkPolicy.enabled -}}
-{{- range $key := list "extraFrom" "metricsFrom" -}}
-{{- $reach := ternary "the Ray pods and the reward service" "the Ray pods' metrics port and the reward service" (eq $key "extraFrom") -}}
+{{- $reaches := dict "extraFrom" "the Ray pods and the reward service" "metricsFrom" "the Ray pods' metrics port and the reward service" "operatorFrom" "the Ray head's job submission API" -}}
+{{- range $key := list "extraFrom" "metricsFrom" "operatorFrom" -}}
+{{- $reach := get $reaches $key -}}
 {{- range $i, $peer := index $v.networkPolicy $key | default list -}}
 {{- $nsSel := $peer.namespaceSelector | default dict -}}
 {{- $podSel := $peer.podSelector | default dict -}}

@@ -185,15 +185,20 @@ securityContext:
 {{- end -}}
 
 {{/*
-miles.hookRbacKeys: JSON list of the values keys of the hook steps (and "test" for the helm test pods)
-that run with the hooks' ServiceAccount; empty when hooks.rbac.create is false. The hook RBAC objects
-exist only when it is non-empty, and the Role grants only what these steps use.
+miles.hookRbacKeys: JSON list of the values keys of the hook steps (and of the helm test pods: "test"
+for the status pod, "testReport" for the report pod) that run with the hooks' ServiceAccount; empty when
+hooks.rbac.create is false. The hook RBAC objects exist only when it is non-empty, and the Role grants
+only what these steps use.
 */}}
 {{- define "miles.hookRbacKeys" -}}
 {{- $keys := list -}}
 {{- if .Values.hooks.rbac.create -}}
 {{- range (include "miles.hookSteps" . | fromJsonArray) }}{{ $keys = append $keys .key }}{{ end -}}
-{{- if and .Values.hooks.enabled .Values.hooks.test.enabled }}{{ $keys = append $keys "test" }}{{ end -}}
+{{- if and .Values.hooks.enabled .Values.hooks.test.enabled -}}
+{{- /* mode rayJob renders the report pod alone (hooks/pod.yaml), which calls no API */ -}}
+{{- if ne .Values.mode "rayJob" }}{{ $keys = append $keys "test" }}{{ end -}}
+{{- $keys = append $keys "testReport" -}}
+{{- end -}}
 {{- end -}}
 {{- toJson $keys -}}
 {{- end -}}

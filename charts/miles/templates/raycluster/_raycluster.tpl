@@ -16,9 +16,9 @@ enableInTreeAutoscaling: false
 upgradeStrategy:
   type: Recreate
 {{- end }}
-{{- if and (eq $v.mode "rayJob") $v.secrets.rayAuth.enabled }}
-{{- /* the operator polls a RayJob's job through the dashboard, which asks for the token: KubeRay reads it
-from this Secret's key auth_token (the pods' env already names it, so KubeRay adds none) */}}
+{{- if include "miles.rayAuthOptions" . }}
+{{- /* KubeRay's own record of the token: its dashboard client (a RayJob's job polling) reads this Secret's
+key auth_token; the pods' env already names it, so KubeRay adds none */}}
 authOptions:
   mode: token
   secretName: {{ (include "miles.rayTokenRef" . | fromJson).name }}
