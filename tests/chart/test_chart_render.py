@@ -419,3 +419,42 @@ def test_values_schema_is_current():
         check=False,
     )
     assert res.returncode == 0, res.stderr
+
+
+# a credential written into the values (each in a place the credential checks cover): the render fails,
+# naming where it is, and shows the value in no message
+GITHUB_TOKEN = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789ABCD"
+OPENAI_KEY = "sk-" + "abcdefghijklmnopqrstuvwxyz"
+CREDENTIALS_IN_VALUES = {
+    "token anywhere": (
+        ["--set-string", f"scheduling.podAnnotations.note={GITHUB_TOKEN}"],
+        "scheduling.podAnnotations.note", GITHUB_TOKEN),
+    "URL with a password": (
+        ["--set", "recipe.reward.url=https://scorer:pw-not-shown@reward.example/score"],
+        "recipe.reward.url", "pw-not-shown"),
+    "convert command flag": (
+        ["--set-json", 'hooks.convert.command=["python3","c.py","--hf-token=tok-not-shown"]'],
+        "hooks.convert.command[2]", "tok-not-shown"),
+    "ray start parameter": (
+        ["--set", "rayCluster.head.rayStartParams.redis-password=pw-not-shown"],
+        "rayCluster.head.rayStartParams.redis-password", "pw-not-shown"),
+    "flag and value in one item": (
+        ["--set-json", 'recipe.extraArgs=["--wandb-key key-not-shown"]'],
+        "recipe.extraArgs[0]", "key-not-shown"),
+    "Redis address with a password": (
+        ["--set", "rayCluster.gcsFaultTolerance.enabled=true",
+         "--set", "rayCluster.gcsFaultTolerance.redisAddress=redis://default:pw-not-shown@redis:6379"],
+        "rayCluster.gcsFaultTolerance.redisAddress", "pw-not-shown"),
+    "env value shaped like a token": (
+        ["--set", "hooks.extraEnv[0].name=MIRROR", "--set", f"hooks.extraEnv[0].value={OPENAI_KEY}"],
+        "hooks.extraEnv[0] (MIRROR)", OPENAI_KEY),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CREDENTIALS_IN_VALUES))
+def test_a_credential_in_the_values_is_refused_by_where_it_is_never_shown(case: str) -> None:
+    args, where, secret = CREDENTIALS_IN_VALUES[case]
+    res = run([tool("helm4"), "template", RELEASE, str(CHART), *args], check=False)
+    assert res.returncode != 0, res.stdout[:500]
+    assert f"- {where}: expected" in res.stderr, res.stderr
+    assert secret not in res.stderr + res.stdout

@@ -9,6 +9,14 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $t := $v.topology -}}
 {{- $topo := include "miles.topology" . | fromJson -}}
 {{- $e := list -}}
+{{- /* credentials only by reference (see the checks at the end): names that say credential, and values shaped like one */ -}}
+{{- $credentialName := "(?i)(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?|PAT)(_|$)|_(KEY|AUTH)$" -}}
+{{- /* each shape of a token, key or URL with a password, after the literal it starts with (a cheap first test) */ -}}
+{{- $credentialShapes := list (list "hf_" "hf_[A-Za-z0-9]{30,}") (list "AKIA" "AKIA[0-9A-Z]{16}") (list "ASIA" "ASIA[0-9A-Z]{16}") (list "gh" "gh[pousr]_[A-Za-z0-9]{36,}") (list "github_pat_" "github_pat_[A-Za-z0-9_]{22,}") (list "sk-" "sk-[A-Za-z0-9_-]{20,}") (list "xox" "xox[abprs]-[A-Za-z0-9-]{10,}") (list "-----BEGIN" "-----BEGIN [A-Z ]*PRIVATE KEY-----") (list "://" "://[^/@\\s:]+:[^/@\\s]+@") (list "eyJ" "eyJ[A-Za-z0-9_-]{10,}\\.[A-Za-z0-9_-]{10,}\\.") -}}
+{{- $credentialValue := list -}}
+{{- range $credentialShapes }}{{ $credentialValue = append $credentialValue (index . 1) }}{{ end -}}
+{{- $credentialValue = join "|" $credentialValue -}}
+{{- $credentialFlag := "(?i)^--[a-z0-9-]*(wandb-key|api-key|(hf|auth|access|api|bearer)[-_]token|password|passwd|passphrase|secret)(=|$)" -}}
 {{- /* keys that moved (a values file written for an earlier chart): each names its new place */ -}}
 {{- range $m := list
   (list $v.rayCluster.workers "rayCluster.workers" "gpuResource" "gpuPods.gpuResource")
@@ -278,7 +286,8 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- end -}}
 {{- end -}}
 {{- if and $v.rayCluster.gcsFaultTolerance.enabled $v.rayCluster.gcsFaultTolerance.redisAddress (not (regexMatch "^(redis://|rediss://)?[^:/@]+(:[0-9]{1,5})$" (toString $v.rayCluster.gcsFaultTolerance.redisAddress))) -}}
-{{- $e = append $e (printf "rayCluster.gcsFaultTolerance.redisAddress: expected host:port (Ray's GCS joins it as given), found %q" (toString $v.rayCluster.gcsFaultTolerance.redisAddress)) -}}
+{{- $redis := toString $v.rayCluster.gcsFaultTolerance.redisAddress -}}
+{{- $e = append $e (printf "rayCluster.gcsFaultTolerance.redisAddress: expected host:port (Ray's GCS joins it as given; the password comes from redisPasswordSecret), found %s" (ternary "an address with credentials in it (not shown)" (quote $redis) (contains "@" $redis))) -}}
 {{- end -}}
 {{- /* the chart's selectors and NetworkPolicies match these labels: a pod label may not replace them */ -}}
 {{- range $k := keys ($v.scheduling.podLabels | default dict) | sortAlpha -}}
@@ -359,7 +368,12 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- /* miles' argparse reads "--lr 2e-6" as one unknown flag: each flag and value is its own list item */ -}}
 {{- range $i, $a := $r.extraArgs | default list -}}
 {{- if and (hasPrefix "--" (toString $a)) (regexMatch "\\s" (toString $a)) -}}
-{{- $e = append $e (printf "recipe.extraArgs[%d]: expected one token per item (write [%q, %q]), found %q" $i (index (regexSplit "\\s+" (toString $a) 2) 0) (index (regexSplit "\\s+" (toString $a) 2) 1) (toString $a)) -}}
+{{- $parts := regexSplit "\\s+" (toString $a) 2 -}}
+{{- if or (regexMatch $credentialFlag (index $parts 0)) (regexMatch $credentialValue (toString $a)) -}}
+{{- $e = append $e (printf "recipe.extraArgs[%d]: expected one token per item, found %s and its value in one item (not shown)" $i (index $parts 0)) -}}
+{{- else -}}
+{{- $e = append $e (printf "recipe.extraArgs[%d]: expected one token per item (write [%q, %q]), found %q" $i (index $parts 0) (index $parts 1) (toString $a)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- /* a flag the chart renders from a value, repeated in extraArgs: miles' argparse keeps the last one, silently */ -}}
@@ -481,8 +495,6 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- end -}}
 {{- end -}}
 {{- /* credentials only by reference: a literal renders into the RayCluster, ConfigMaps or every hook pod, where `kubectl get -o yaml` and the Helm release show it (the hooks refuse the same names in the Ray runtime env) */ -}}
-{{- $credentialName := "(?i)(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?|PAT)(_|$)|_(KEY|AUTH)$" -}}
-{{- $credentialValue := "hf_[A-Za-z0-9]{30,}|(AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY-----|[a-z][a-z0-9+.-]*://[^/@\\s:]+:[^/@\\s]+@|eyJ[A-Za-z0-9_-]{10,}\\.[A-Za-z0-9_-]{10,}\\." -}}
 {{- $envLists := list (list "rayCluster.head.extraEnv" $v.rayCluster.head.extraEnv) (list "rayCluster.workers.extraEnv" $v.rayCluster.workers.extraEnv) (list "singleNode.extraEnv" $v.singleNode.extraEnv) (list "hooks.extraEnv" $v.hooks.extraEnv) -}}
 {{- $literals := list -}}
 {{- range $l := $envLists -}}
@@ -502,12 +514,35 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- $e = append $e (printf "%s: expected no secret in a plain value, found one that looks like a token or key (not shown); put it in a Secret and reference it (valueFrom.secretKeyRef, or secrets.extra)" (index $lit 0)) -}}
 {{- end -}}
 {{- end -}}
-{{- /* the same for the train command line, which the Ray job's entrypoint, the run spec and the release show: upstream's credential flags (miles --wandb-key; SGLang's --api-key, --admin-api-key, --ssl-keyfile-password, passed as --sglang-*) and any argument shaped like a token */ -}}
-{{- range $i, $a := $v.recipe.extraArgs | default list -}}
-{{- if regexMatch "(?i)^--[a-z0-9-]*(wandb-key|api-key|password|passwd|passphrase|secret)(=|$)" (toString $a) -}}
-{{- $e = append $e (printf "recipe.extraArgs[%d]: expected no credential on the train command line (the Ray job's entrypoint, the run spec and the Helm release show it), found %s and its value (not shown); W&B takes its key from secrets.wandb, anything else from an environment variable in secrets.extra" $i (index (splitList "=" (toString $a)) 0)) -}}
-{{- else if regexMatch $credentialValue (toString $a) -}}
-{{- $e = append $e (printf "recipe.extraArgs[%d]: expected no secret on the train command line, found an argument that looks like a token or key (not shown); pass it by an environment variable from a Secret (secrets.extra)" $i) -}}
+{{- /* the same for command lines, which the Ray job's entrypoint, the run spec, the pods and the release show: upstream's credential flags (miles --wandb-key; SGLang's --api-key, --admin-api-key, --ssl-keyfile-password, passed as --sglang-*), and anything shaped like a token (the walk below) */ -}}
+{{- range $cmd := list (list "recipe.extraArgs" $v.recipe.extraArgs) (list "hooks.convert.command" $v.hooks.convert.command) -}}
+{{- range $i, $a := (index $cmd 1) | default list -}}
+{{- if regexMatch $credentialFlag (toString $a) -}}
+{{- $e = append $e (printf "%s[%d]: expected no credential on a command line (the run spec, the pods and the Helm release show it), found %s and its value (not shown); W&B takes its key from secrets.wandb, anything else from an environment variable in secrets.extra" (index $cmd 0) $i (index (splitList "=" (toString $a)) 0)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* ray start parameters render into the RayCluster's pod commands: Ray's own --redis-password and the like */ -}}
+{{- range $group := list "head" "workers" -}}
+{{- range $k := keys ((index $v.rayCluster $group).rayStartParams | default dict) | sortAlpha -}}
+{{- if regexMatch "(?i)(password|passwd|passphrase|token|secret|api-key)" $k -}}
+{{- $e = append $e (printf "rayCluster.%s.rayStartParams.%s: expected no credential in a ray start parameter (the RayCluster's pod command shows it), found one (not shown); GCS's Redis password comes from rayCluster.gcsFaultTolerance.redisPasswordSecret" $group $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* and anywhere else in the values: a string shaped like a token, a key or a URL with a password renders somewhere readable (the env lists above say it with the entry's name) */ -}}
+{{- /* every template includes this, and one regexp of every shape over all the values costs a tenth of a second
+each time: the walk runs only where one shape, whose literal start is there, matches the values' JSON (escaping
+cannot hide a match; a false alarm only costs the walk) */ -}}
+{{- $json := toJson $v -}}
+{{- $shaped := false -}}
+{{- range $credentialShapes -}}
+{{- if and (contains (index . 0) $json) (regexMatch (index . 1) $json) }}{{ $shaped = true }}{{ end -}}
+{{- end -}}
+{{- if $shaped -}}
+{{- $skip := list "rayCluster.head.extraEnv" "rayCluster.workers.extraEnv" "singleNode.extraEnv" "hooks.extraEnv" "recipe.extraEnv" -}}
+{{- range $path := include "miles.secretShapedPaths" (dict "value" $v "path" "" "pattern" $credentialValue "skip" $skip) | fromJsonArray -}}
+{{- $e = append $e (printf "%s: expected no secret in a plain value, found one that looks like a token, a key or a URL with a password (not shown); put it in a Secret and reference it (secrets.extra for the Ray pods and the job, valueFrom.secretKeyRef in the *.extraEnv lists)" $path) -}}
 {{- end -}}
 {{- end -}}
 {{- if $e -}}
@@ -539,4 +574,26 @@ miles.quantityBytes: a Kubernetes quantity ("8Gi", "500M", "1.5Ti", "2") -> byte
 {{- else -}}
 {{- printf "%.1f GiB" (divf $b 1073741824.0) -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+miles.secretShapedPaths: JSON list of the paths of the strings under .value that match .pattern, walking
+maps and lists; the paths in .skip are not entered. (dict "value" any "path" "" "pattern" regex "skip" list)
+*/}}
+{{- define "miles.secretShapedPaths" -}}
+{{- $out := list -}}
+{{- if has .path .skip -}}
+{{- else if kindIs "map" .value -}}
+{{- range $k := keys .value | sortAlpha -}}
+{{- $sub := ternary $k (printf "%s.%s" $.path $k) (eq $.path "") -}}
+{{- $out = concat $out (include "miles.secretShapedPaths" (dict "value" (get $.value $k) "path" $sub "pattern" $.pattern "skip" $.skip) | fromJsonArray) -}}
+{{- end -}}
+{{- else if kindIs "slice" .value -}}
+{{- range $i, $x := .value -}}
+{{- $out = concat $out (include "miles.secretShapedPaths" (dict "value" $x "path" (printf "%s[%d]" $.path $i) "pattern" $.pattern "skip" $.skip) | fromJsonArray) -}}
+{{- end -}}
+{{- else if and (kindIs "string" .value) (regexMatch .pattern .value) -}}
+{{- $out = append $out .path -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}
