@@ -151,18 +151,27 @@ def _allowed(entries, check_id: str, resource: str) -> bool:
 
 
 def ray_pods(rendered: str) -> list[dict]:
-    """The RayCluster's head and worker pod templates as Pods (checkov does not look inside a CRD; KubeRay
-    creates exactly these pods), named raycluster-head / raycluster-worker-<group>."""
-    pods = []
+    """The Ray pod templates as Pods (checkov does not look inside a custom resource; KubeRay creates
+    exactly these pods): a RayCluster's, or a RayJob's cluster's, head and workers, named raycluster-head /
+    raycluster-worker-<group>, and a RayJob's submitter, rayjob-submitter."""
+    templates = []
     for doc in docs(rendered):
-        if doc["kind"] != "RayCluster":
+        if doc["kind"] == "RayJob":
+            cluster = doc["spec"]["rayClusterSpec"]
+            templates.append(("rayjob-submitter", doc["spec"]["submitterPodTemplate"]))
+        elif doc["kind"] == "RayCluster":
+            cluster = doc["spec"]
+        else:
             continue
-        groups = [("head", doc["spec"]["headGroupSpec"])]
-        groups += [(f"worker-{g['groupName']}", g) for g in doc["spec"].get("workerGroupSpecs", [])]
-        for suffix, group in groups:
-            template = group["template"]
-            metadata = {**template.get("metadata", {}), "name": f"raycluster-{suffix}", "namespace": "ml"}
-            pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]})
+        templates.append(("raycluster-head", cluster["headGroupSpec"]["template"]))
+        templates += [
+            (f"raycluster-worker-{g['groupName']}", g["template"])
+            for g in cluster.get("workerGroupSpecs", [])
+        ]
+    pods = []
+    for name, template in templates:
+        metadata = {**template.get("metadata", {}), "name": name, "namespace": "ml"}
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]})
     return pods
 
 
@@ -223,8 +232,9 @@ def test_checkov_allowlist_has_no_stale_entries(checkov_report):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_checkov_scans_the_ray_pods(scenario, checkov_report):
-    """checkov does not look inside the RayCluster: its head and worker pods are scanned only as the
-    Pods this module adds, so a scenario whose Ray pods were checked by nothing would pass unseen."""
+    """checkov does not look inside the RayCluster or the RayJob: their head, worker and submitter pods are
+    scanned only as the Pods this module adds, so a scenario whose Ray pods were checked by nothing would
+    pass unseen."""
     mine = f"/{scenario}.yaml"
     checked = {
         c["resource"].split(".")[-1]
@@ -233,8 +243,11 @@ def test_checkov_scans_the_ray_pods(scenario, checkov_report):
     }
     rendered = render("helm4", scenario)
     expected = {p["metadata"]["name"] for p in ray_pods(rendered)}
-    if any(d["kind"] == "RayCluster" for d in docs(rendered)):
-        assert "raycluster-head" in expected and len(expected) > 1, expected
+    kinds = {d["kind"] for d in docs(rendered)}
+    if kinds & {"RayCluster", "RayJob"}:
+        assert "raycluster-head" in expected and any(n.startswith("raycluster-worker-") for n in expected)
+    if "RayJob" in kinds:
+        assert "rayjob-submitter" in expected, expected
     assert expected <= checked, f"Ray pods checkov did not scan: {sorted(expected - checked)}"
 
 

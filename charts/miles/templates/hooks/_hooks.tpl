@@ -97,6 +97,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
   "tolerations" $pools.hooks.tolerations
   "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "submitter" "testReport"))) -}}
 {{- if eq $s.key "prepareData" }}{{ $_ := set $pod "annotations" $v.hooks.prepareData.podAnnotations }}{{ end -}}
+{{- if eq $s.key "submitter" }}{{ $_ := set $pod "annotations" $v.rayJob.submitter.podAnnotations }}{{ end -}}
 {{- end -}}
 {{- include "miles.podTemplate" (dict "context" $ctx "component" (printf "hook-%s" (default $s.step $s.name)) "pod" $pod) -}}
 {{- end -}}
