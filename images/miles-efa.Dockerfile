@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # miles runtime with the AWS EFA stack, for charts/miles on p5/p5e/p5en (and any EFA instance).
 #
 # It follows the layout of the AWS miles test case that was run on p5en (awslabs/awsome-distributed-ai,

@@ -52,6 +52,11 @@ def test_every_base_is_pinned_by_digest(dockerfile: Path) -> None:
         image = line.split()[1]
         image = re.sub(r"^\$\{(\w+)\}$", lambda m: args.get(m.group(1), m.group(0)), image)
         assert image in stages or DIGEST.search(image), f"{dockerfile.name}: {line!r} is not pinned by digest"
+    # a syntax directive makes BuildKit pull that front-end image before anything else
+    for directive in re.findall(
+        r"^#\s*syntax\s*=\s*(\S+)", dockerfile.read_text(), re.MULTILINE | re.IGNORECASE
+    ):
+        assert DIGEST.search(directive), f"{dockerfile.name}: front end {directive!r} is not pinned by digest"
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO)))
