@@ -141,6 +141,11 @@ moves latest/dev and deletes all but the newest 20 dev-<timestamp> tags). */}}
 {{- printf "%s-%s-%s" .context.Release.Namespace (include "miles.fullname" .context) .suffix | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* miles.submitterServiceAccountName: the RayJob submitter's account (rayJob.submitter.serviceAccountName, or <fullname>-submitter, which the chart creates). */}}
+{{- define "miles.submitterServiceAccountName" -}}
+{{- default (include "miles.componentName" (dict "context" . "component" "submitter")) .Values.rayJob.submitter.serviceAccountName -}}
+{{- end -}}
+
 {{- define "miles.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "miles.fullname" .) .Values.serviceAccount.name -}}

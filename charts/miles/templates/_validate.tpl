@@ -290,17 +290,19 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $e = append $e (printf "rayCluster.gcsFaultTolerance.redisAddress: expected host:port (Ray's GCS joins it as given; the password comes from redisPasswordSecret), found %s" (ternary "an address with credentials in it (not shown)" (quote $redis) (contains "@" $redis))) -}}
 {{- end -}}
 {{- /* the chart's selectors and NetworkPolicies match these labels: a pod label may not replace them */ -}}
-{{- range $k := keys ($v.scheduling.podLabels | default dict) | sortAlpha -}}
+{{- range $labels := list (list "scheduling.podLabels" $v.scheduling.podLabels) (list "rayCluster.head.labels" $v.rayCluster.head.labels) (list "rayCluster.workers.labels" $v.rayCluster.workers.labels) -}}
+{{- range $k := keys ((index $labels 1) | default dict) | sortAlpha -}}
 {{- if or (has $k (list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/part-of")) (hasPrefix "ray.io/" $k) -}}
-{{- $e = append $e (printf "scheduling.podLabels.%s: expected a label the chart does not set (its selectors, NetworkPolicies and KubeRay match on app.kubernetes.io/name, instance, component, part-of and ray.io/*), found %s" $k $k) -}}
+{{- $e = append $e (printf "%s.%s: expected a label the chart does not set (its selectors, NetworkPolicies and KubeRay match on app.kubernetes.io/name, instance, component, part-of and ray.io/*), found %s" (index $labels 0) $k $k) -}}
 {{- end -}}
 {{- end -}}
-{{- range $labels := list (list "rayCluster.labels" $v.rayCluster.labels) (list "rayJob.labels" $v.rayJob.labels) -}}
+{{- end -}}
+{{- range $labels := list (list "rayCluster.labels" $v.rayCluster.labels) (list "rayJob.labels" $v.rayJob.labels) (list "rayCluster.podMonitor.labels" $v.rayCluster.podMonitor.labels) (list "reward.podMonitor.labels" $v.reward.podMonitor.labels) (list "dashboards.labels" $v.dashboards.labels) -}}
 {{- $path := index $labels 0 -}}
 {{- range $k := keys ((index $labels 1) | default dict) | sortAlpha -}}
 {{- if or (hasPrefix "app.kubernetes.io/" $k) (hasPrefix "helm.sh/" $k) (hasPrefix "ray.io/" $k) -}}
 {{- $e = append $e (printf "%s.%s: expected a label the chart does not set (app.kubernetes.io/*, helm.sh/*, ray.io/*), found %s" $path $k $k) -}}
-{{- else if has $k (list "kueue.x-k8s.io/queue-name" "kueue.x-k8s.io/priority-class") -}}
+{{- else if and (has $path (list "rayCluster.labels" "rayJob.labels")) (has $k (list "kueue.x-k8s.io/queue-name" "kueue.x-k8s.io/priority-class")) -}}
 {{- $e = append $e (printf "%s.%s: expected scheduling.%s instead (the chart sets that label from it), found %s in %s" $path $k (ternary "kueueQueue" "kueuePriorityClass" (hasSuffix "queue-name" $k)) $k $path) -}}
 {{- end -}}
 {{- end -}}

@@ -69,7 +69,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
 {{- $pools := include "miles.pools" $ctx | fromJson -}}
 {{- /* the RayJob's submitter pod outlives the hook phases, and with them the hooks' own account */ -}}
 {{- $pod := dict
-  "serviceAccountName" (ternary (include "miles.serviceAccountName" $ctx) (include "miles.hooksServiceAccountName" $ctx) (eq $s.key "submitter"))
+  "serviceAccountName" (ternary (include "miles.submitterServiceAccountName" $ctx) (include "miles.hooksServiceAccountName" $ctx) (eq $s.key "submitter"))
   "automountToken" (has $s.key (list "preflight" "waitReady" "test"))
   "restartPolicy" "Never"
   "runSpec" $s.runSpec
