@@ -139,6 +139,15 @@ def test_a_field_the_crd_lacks_names_the_value_that_rendered_it() -> None:
     assert "KubeRay 1.6 added it" in hint
     assert "change rayCluster.operatorVersion to the operator's version" in hint
     assert "set rayCluster.upgradeStrategy.method: nameHash" in hint
+    # KubeRay 1.5.0's CRD has no authOptions, 1.5.1's no secretName in it; a RayJob's cluster spec too
+    for undeclared in (
+        ".spec.authOptions",
+        ".spec.authOptions.secretName",
+        ".spec.rayClusterSpec.authOptions",
+    ):
+        hint = dry_run.schema_hint(older.replace(".spec.upgradeStrategy", undeclared))
+        assert f"has no {undeclared} (KubeRay 1.6, with its secretName added it)" in hint, hint
+        assert "or set secrets.rayAuth.key: token" in hint
     other = dry_run.schema_hint(older.replace("upgradeStrategy", "somethingElse"))
     assert "does not declare that field" in other and "miles.dev/kuberay-versions" in other
     assert dry_run.schema_hint("exceeded quota: gpus") == ""

@@ -281,6 +281,30 @@ def audit_events(namespace: str, service_account: str) -> list[dict[str, Any]]:
     return [e for e in events if (e.get("user") or {}).get("username") == user]
 
 
+def check_hooks_api_use(namespace: str, callers_allowed: set[str]) -> set[str]:
+    """Per the audit log: the hooks' account was never refused (each step holds what it calls), and only
+    the pods in ``callers_allowed`` (the steps given an API token) called the API at all; returns those
+    that did."""
+    events = audit_events(namespace, "miles-hooks")
+    assert events, "no audit event of the hooks' account"
+    refused = {
+        f"{e['verb']} {e.get('requestURI')}"
+        for e in events
+        if (e.get("responseStatus") or {}).get("code") == 403
+    }
+    # by design: a cluster-wide pod read is not granted, so preflight's KubeRay-operator look is a note
+    operator_probe = "list /api/v1/pods?labelSelector=app.kubernetes.io/name%3Dkuberay-operator&limit=50"
+    assert refused <= {operator_probe}, refused
+    pods = {
+        p
+        for e in events
+        for p in (e["user"].get("extra") or {}).get("authentication.kubernetes.io/pod-name", [])
+    }
+    callers = {p.rsplit("-", 1)[0] if not p.startswith("miles-test-") else p for p in pods}
+    assert callers <= callers_allowed, callers
+    return callers
+
+
 def hook_steps(entries: list[dict[str, Any]]) -> list[str]:
     """The miles-hooks step each journal entry ran (main containers only), in start order."""
     steps = []

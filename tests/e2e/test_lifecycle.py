@@ -100,28 +100,6 @@ def check_single_job(release: str, ns: str, spec: dict[str, Any]) -> dict[str, A
     return job
 
 
-def check_api_use(ns: str) -> None:
-    """Per the audit log: the hooks' account was never refused (each step holds what it calls), and only
-    the steps given an API token (preflight, wait-ready, the status test pod) called the API at all."""
-    events = tb.audit_events(ns, "miles-hooks")
-    assert events, "no audit event of the hooks' account"
-    refused = {
-        f"{e['verb']} {e.get('requestURI')}"
-        for e in events
-        if (e.get("responseStatus") or {}).get("code") == 403
-    }
-    # by design: a cluster-wide pod read is not granted, so preflight's KubeRay-operator look is a note
-    operator_probe = "list /api/v1/pods?labelSelector=app.kubernetes.io/name%3Dkuberay-operator&limit=50"
-    assert refused <= {operator_probe}, refused
-    pods = {
-        p
-        for e in events
-        for p in (e["user"].get("extra") or {}).get("authentication.kubernetes.io/pod-name", [])
-    }
-    callers = {p.rsplit("-", 1)[0] if not p.startswith("miles-test-") else p for p in pods}
-    assert callers <= {"miles-preflight", "miles-wait-ready", "miles-test-status"}, callers
-
-
 def leftovers(release: str, ns: str) -> list[str]:
     sel = f"app.kubernetes.io/instance={release}"
     out = tb.kubectl("get", NAMESPACED_KINDS, "-n", ns, "-l", sel, "-o", "name").out.split()
@@ -223,7 +201,7 @@ def test_colocated_lifecycle(
 
     # helm test: the status pod (job state, RayCluster health) and the report pod (run health) pass
     tb.helm(helm_version, "test", rel, "-n", ns, "--timeout", "5m")
-    check_api_use(ns)
+    tb.check_hooks_api_use(ns, {"miles-preflight", "miles-wait-ready", "miles-test-status"})
 
     assert ("upgradeStrategy" in rayclusters(ns)[0]["spec"]) == (upgrade_method == "crd")
 

@@ -236,10 +236,12 @@ def _upgrade_strategy_served(scratch: Path) -> bool:
 def test_a_field_the_oldest_supported_kuberay_lacks(
     namespace: str, inputs_ready: Callable[..., Any], tmp_path: Path
 ) -> None:
-    """On a cluster whose RayCluster CRD is the oldest supported KubeRay's (no spec.upgradeStrategy), the
-    defaults (rayCluster.operatorVersion 1.6.1, so upgradeStrategy method crd) fail at preflight naming the
-    values to change. (Server-side apply answers the undeclared field with HTTP 500: preflight once failed
-    on it with 'Kubernetes API error 500 Internal Server Error' and nothing else.)"""
+    """On a cluster whose RayCluster CRD is the oldest supported KubeRay's (no spec.upgradeStrategy, no
+    spec.authOptions), the defaults (rayCluster.operatorVersion 1.6.1: upgradeStrategy method crd, the token
+    declared in authOptions) fail at preflight naming the values to change. The API server names one field it
+    does not know, either of the two from one run to the next. (Server-side apply answers the undeclared
+    field with HTTP 500: preflight once failed on it with 'Kubernetes API error 500 Internal Server Error'
+    and nothing else.)"""
     extra: list[str] = []
     inputs_ready(COLOCATED, "miles", namespace, extra)
     crd, probe = tmp_path / "crd.json", tmp_path / "probe.json"
@@ -250,10 +252,19 @@ def test_a_field_the_oldest_supported_kuberay_lacks(
     finally:
         _serve_raycluster_schema(KUBERAY_CRDS / "crds" / "ray.io_rayclusters.yaml", crd)
         tb.wait_until("the testbed's schema again", lambda: _upgrade_strategy_served(probe), timeout=60)
-    assert ".spec.upgradeStrategy: field not declared in schema" in out, out[-4000:]
-    assert "KubeRay 1.6 added it" in out, out[-4000:]
-    assert "change rayCluster.operatorVersion to the operator's version" in out, out[-4000:]
-    assert "set rayCluster.upgradeStrategy.method: nameHash" in out, out[-4000:]
+    upgrade = (
+        "upgrade the KubeRay operator and its CRDs, or change rayCluster.operatorVersion to the operator's"
+    )
+    hints = {
+        ".spec.upgradeStrategy": f"KubeRay 1.6 added it): {upgrade} version (below 1.6 the chart renders "
+        "nameHash), or set rayCluster.upgradeStrategy.method: nameHash",
+        ".spec.authOptions": f"KubeRay 1.6, with its secretName added it): {upgrade} version (below 1.6 the "
+        "chart leaves the token to the Ray pods' env), or set secrets.rayAuth.key: token",
+    }
+    reported = [field for field in hints if f"{field}: field not declared in schema" in out]
+    assert reported, out[-4000:]
+    for field in reported:
+        assert f"has no {field} ({hints[field]}" in out, out[-4000:]
     assert "Kubernetes API error 500" not in out, out[-4000:]
 
 

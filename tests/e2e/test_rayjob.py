@@ -120,6 +120,9 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
     freed = time.monotonic() - ended_at
     assert not tb.kget("rayclusters.ray.io", namespace)["items"]
     tb.wait_for_no_ray_workers(namespace, 120)
+    # mode rayJob's hooks: preflight alone calls the API (no wait-ready, no status pod; the submitter has no
+    # token), and it was refused nothing
+    assert tb.check_hooks_api_use(namespace, {"miles-preflight"}) == {"miles-preflight"}
     print(
         f"\nrayJob ({helm}): install {installed:.1f}s, install start -> job running {to_running:.1f}s, "
         f"job end -> GPU pods gone {freed:.1f}s, attempts failed {status.get('failed') or 0}"

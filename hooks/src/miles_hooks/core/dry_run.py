@@ -126,25 +126,35 @@ def pod_security_hint(reason: str) -> str:
 # Server-side apply checks the object against the CRD's schema while building its typed patch and answers a
 # field the schema lacks with HTTP 500 (not 422): a refusal of the object all the same, never a server fault.
 _UNDECLARED_FIELD = re.compile(r"failed to create typed patch object|field not declared in schema")
-# fields the chart renders only on request that older KubeRay CRDs lack: the value that asked for each
+# fields older KubeRay CRDs lack that the chart renders for a newer operator (rayCluster.operatorVersion)
+# or on request, by their last path element (a RayCluster's spec or a RayJob's spec.rayClusterSpec): the
+# release that added each and the values that asked for it
 _NEWER_KUBERAY_FIELDS = {
-    ".spec.upgradeStrategy": (
+    "upgradeStrategy": (
         "KubeRay 1.6",
         "rayCluster.operatorVersion to the operator's version (below 1.6 the chart renders nameHash), "
         "or set rayCluster.upgradeStrategy.method: nameHash",
     ),
+    "authOptions": (
+        "KubeRay 1.6, with its secretName",
+        "rayCluster.operatorVersion to the operator's version (below 1.6 the chart leaves the token to "
+        "the Ray pods' env), or set secrets.rayAuth.key: token",
+    ),
 }
+_FIELD_PATH = re.compile(r"(\.[\w.]+): field not declared in schema")
 
 
 def schema_hint(reason: str) -> str:
     """What to change when a CRD served here does not declare a field the chart rendered."""
     if not _UNDECLARED_FIELD.search(reason):
         return ""
+    path = _FIELD_PATH.search(reason)
+    elements = path.group(1).split(".") if path else []
     for field, (since, value) in _NEWER_KUBERAY_FIELDS.items():
-        if field in reason:
+        if field in elements:
             return (
-                f"the CRD served here has no {field} ({since} added it): upgrade the KubeRay operator and "
-                f"its CRDs, or change {value}"
+                f"the CRD served here has no {path.group(1) if path else field} ({since} added it): upgrade "
+                f"the KubeRay operator and its CRDs, or change {value}"
             )
     return (
         "the CRD served here does not declare that field: its operator's CRDs are older than the "
