@@ -83,6 +83,8 @@ node_veth_node="mtb$node_slot-n"
 node_host_ip="10.250.$node_slot.1"
 node_ip="10.250.$node_slot.2"
 node_pod_cidr="10.251.$node_slot.0/24"
+# the CNI network's name: containerd files its per-sandbox results under the host's /var/lib/cni/results by it
+cni_network="miles-testbed-$node_slot"
 # the kube-dns Service's address (the kubelet's clusterDNS), in the API server's service range 10.96.0.0/16
 CLUSTER_DNS_IP=10.96.0.10
 # One of the CPU pool (the labels miles_testbed.nodes gives its CPU nodes), so the Ray head's placement rules hold there too.

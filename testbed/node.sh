@@ -25,7 +25,7 @@ node_up() {
   [[ -f $manifest ]] || die "$manifest missing: run \`ci/install-tools.sh images\` (or make tools)"
   command -v socat >/dev/null || die "socat not found: \`apt-get install socat\` (make tools installs it)"
   "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || die "the testbed is not up: run testbed/up.sh first"
-  mkdir -p "$node_dir"/{containerd,cni,kubelet,pki} "$CLUSTER_DIR"/{run,logs}
+  mkdir -p "$node_dir"/{containerd,cni,cni-ipam,kubelet,pki,pod-logs} "$CLUSTER_DIR"/{run,logs}
 
   # --- network namespace, veth pair, routes --------------------------------------------------------------
   ip netns add "$node_netns"
@@ -118,14 +118,20 @@ state = "$node_dir/containerd/state"
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
+  # runc keeps each container's state under /run/containerd/runc/<namespace> unless told otherwise: every
+  # testbed's containerd uses namespace k8s.io, so each gets a runc root of its own
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      Root = "$node_dir/containerd/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$node_dir/cni"
 EOF
   cat >"$node_dir/cni/10-testbed.conflist" <<EOF
-{"cniVersion": "1.0.0", "name": "testbed", "plugins": [
+{"cniVersion": "1.0.0", "name": "$cni_network", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$node_pod_cidr"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+   "ipam": {"type": "host-local", "dataDir": "$node_dir/cni-ipam", "ranges": [[{"subnet": "$node_pod_cidr"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 EOF
   start_proc containerd "${in_netns[@]}" containerd --config "$node_dir/containerd/config.toml"
@@ -145,6 +151,9 @@ port: 10250
 readOnlyPort: 0
 healthzBindAddress: $node_ip
 healthzPort: 10248
+# A kubelet deletes every directory under its pod-log directory that belongs to no pod of its own: on the host's
+# default (/var/log/pods) a second testbed's kubelet would delete this one's container logs within a minute.
+podLogsDir: $node_dir/pod-logs
 tlsCertFile: $node_dir/pki/kubelet.crt
 tlsPrivateKeyFile: $node_dir/pki/kubelet.key
 authentication:
@@ -241,7 +250,14 @@ node_down() {
   ip link del "$node_veth_host" 2>/dev/null || true
   ip netns del "$node_netns" 2>/dev/null || true
   "$bin/kubectl" --kubeconfig "$kc" delete node "$REAL_NODE_NAME" --ignore-not-found >/dev/null 2>&1 || true
-  rm -rf "$node_dir/containerd/root" "$node_dir/containerd/state" "$node_dir/kubelet/root"
+  # what is left on the host's own paths: the kubelet's links in /var/log/containers (that directory is fixed in the
+  # kubelet; each link is named by its container's id and points into this node's pod-log directory, and a kubelet
+  # removes only links whose target is gone) and containerd's CNI result cache (/var/lib/cni/results, one file per
+  # sandbox, named by this node's network)
+  find /var/log/containers -maxdepth 1 -type l -lname "$node_dir/pod-logs/*" -delete 2>/dev/null || true
+  rm -f /var/lib/cni/results/"$cni_network"-* 2>/dev/null || true
+  rm -rf "$node_dir/containerd/root" "$node_dir/containerd/state" "$node_dir/containerd/runc" "$node_dir/kubelet/root" \
+    "$node_dir/pod-logs" "$node_dir/cni-ipam"
 }
 
 case ${1:-} in
