@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make generate / make verify-generated: the files in this repo that are written by a program, not by hand.
 #
-#   ci/generate.sh           rewrite them all: values schema, chart README, the scenario snapshot suite and
+#   ci/generate.sh           rewrite them all: values schema, the chart's train-flag table, chart README, the scenario snapshot suite and
 #                            every helm-unittest snapshot, README.md's scenario table
 #   ci/generate.sh --check   write nothing; exit 1 naming every generated file that differs from what
 #                            its generator writes now (make lint runs this, so make test fails on drift)
@@ -16,6 +16,7 @@ cd "$root"
 # puts helm4 and helm-docs on PATH
 generated=(
   "charts/miles/values.schema.json"
+  "charts/miles/files/train-flags.json"
   "charts/miles/README.md"
   "charts/miles/tests"
   "README.md"
@@ -26,6 +27,11 @@ generate_in() {
     cd "$tree"
     echo "[generate] values.schema.json from values.yaml and the schema constraints"
     "$root/.venv/bin/python" ci/values_schema_gen.py
+    echo "[generate] charts/miles/files/train-flags.json (every spelling of the chart's train flags, from the pinned miles parser)"
+    # (importing miles warns at length about the GPU libraries a CPU machine lacks: shown only on failure)
+    local err; err=$(mktemp)
+    "$root/.tools/miles-contract/bin/python" ci/miles-contract/train_flags.py 2>"$err" || { cat "$err" >&2; rm -f "$err"; return 1; }
+    rm -f "$err"
     echo "[generate] charts/miles/README.md (helm-docs, from the # -- comments of values.yaml)"
     helm-docs --chart-search-root charts --log-level warning
     echo "[generate] charts/miles/tests/scenarios_test.yaml (every values/ scenario x every template)"

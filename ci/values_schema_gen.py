@@ -207,6 +207,7 @@ OVERRIDES = {
     "recipe.rolloutTemperature": {"type": "number", "minimum": 0},
     "recipe.lr": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?([eE]-?[0-9]+)?$"},
     "recipe.lrDecayStyle": {"enum": ["constant", "linear", "cosine", "inverse-square-root", "WSD"]},
+    "recipe.checkpoint.resumeSchedule": {"enum": ["values", "checkpoint"]},
     "recipe.weightDecay": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?([eE]-?[0-9]+)?$"},
     "recipe.adamBeta2": {"type": "string", "pattern": "^0?\\.[0-9]+$"},
     "recipe.dropout": {"type": "string", "pattern": "^(0?\\.[0-9]+|0)$"},

@@ -517,7 +517,7 @@ def test_stalled_report_and_finished_run(tmp_path: Path) -> None:
 
 def test_provenance_problems_are_warnings(tmp_path: Path) -> None:
     raw = healthy_run(tmp_path)
-    raw["train"]["args"] += ["--lr", "2e-6"]  # spec changed after submit: a different submission id
+    raw["submit"]["submissionId"] = "miles-0123456789ab"  # spec changed after submit: the chart's new id
     result = collect(load(raw), now=NOW)
     assert not result["provenance"]["matchesSpec"]
     assert any("expected " + load(raw).submission_id() in w for w in result["warnings"])

@@ -15,16 +15,16 @@ from miles_hooks.steps import run_job
 def rayjob_spec() -> specmod.RunSpec:
     raw: Any = base_spec()
     raw["mode"] = "rayJob"
-    raw["submit"]["jobId"] = "miles-1a2b3c4d"
+    raw["submit"]["submissionId"] = "miles-1a2b3c4d5e6f"
     raw["rayCluster"]["dashboardUrl"] = "http://miles-1a2b3c4d-head-svc.ml.svc:8265"
     return specmod.RunSpec(raw=raw, path="run.json")
 
 
 def test_the_job_id_is_the_run_specs_and_kuberays_must_agree() -> None:
     spec = rayjob_spec()
-    assert spec.submission_id() == "miles-1a2b3c4d"
-    assert run_job.job_id(spec, {"RAY_JOB_SUBMISSION_ID": "miles-1a2b3c4d"}) == "miles-1a2b3c4d"
-    with pytest.raises(CheckFailed, match=r"KubeRay asks for job miles-99999999 .* names miles-1a2b3c4d"):
+    assert spec.submission_id() == "miles-1a2b3c4d5e6f"
+    assert run_job.job_id(spec, {"RAY_JOB_SUBMISSION_ID": "miles-1a2b3c4d5e6f"}) == "miles-1a2b3c4d5e6f"
+    with pytest.raises(CheckFailed, match=r"KubeRay asks for job miles-99999999 .* names miles-1a2b3c4d5e6f"):
         run_job.job_id(spec, {"RAY_JOB_SUBMISSION_ID": "miles-99999999"})
 
 

@@ -66,7 +66,7 @@ def test_schema_errors_name_field_expected_and_found(mutate: Any, needle: str) -
 def test_schema_version_mismatch_is_explained() -> None:
     found = problems_for(lambda r: r.__setitem__("schemaVersion", 1))
     assert found == [
-        "schemaVersion: expected 2 (this hooks image), found 1; use a hooks image that matches the "
+        "schemaVersion: expected 3 (this hooks image), found 1; use a hooks image that matches the "
         "chart version"
     ]
 
@@ -120,30 +120,16 @@ def test_cli_bad_spec_exit_2_and_names_field(tmp_path: Path) -> None:
     assert 'topology.gpusPerWorker: expected type integer, found "8"' in proc.stderr
 
 
-def test_submission_id_is_deterministic_and_job_defining() -> None:
-    a = base_spec()
-    b = base_spec()
-    b["release"]["revision"] = 9
-    b["release"]["chartVersion"] = "9.9.9"
-    b["images"]["hooks"] = "miles-hooks:other"
-    b["checks"]["gpu"]["enabled"] = True
-    b["convert"]["lockStaleSeconds"] = 1
-    assert specmod.submission_id(a) == specmod.submission_id(b)
-    sid = specmod.submission_id(a)
-    assert sid.startswith("miles-") and len(sid) == len("miles-") + 12
-    for change in (
-        lambda r: r["train"]["args"].append("--lr"),
-        lambda r: r["images"].__setitem__("miles", "x:1"),
-        lambda r: r["release"].__setitem__("name", "other"),
-        lambda r: r["submit"]["entrypointResources"].__setitem__("gpu_node", 0.5),
-        lambda r: r["runtimeEnv"]["envVars"].__setitem__("NCCL_DEBUG", "INFO"),
-    ):
-        c = base_spec()
-        change(c)
-        assert specmod.submission_id(c) != sid
-
-
-def test_submission_id_prefix_is_bounded() -> None:
+def test_the_submission_id_and_run_identity_are_the_charts() -> None:
+    """The chart computes both (miles.runId, miles.submissionId; tests/chart shows what changes them): a hook
+    reads them, never recomputes them from the sections it sees."""
     raw = base_spec()
-    raw["submit"]["submissionIdPrefix"] = "a" * 60
-    assert len(specmod.submission_id(raw)) == 40 + 1 + 12
+    raw["train"]["args"].append("--lr")
+    raw["release"]["revision"] = 9
+    assert specmod.submission_id(raw) == raw["submit"]["submissionId"]
+    assert specmod.RunSpec(raw=raw, path="run.json").run_id() == raw["run"]["id"]
+
+
+def test_a_submission_id_not_of_the_charts_shape_is_refused() -> None:
+    found = problems_for(lambda r: r["submit"].__setitem__("submissionId", "miles-jobhash"))
+    assert found and found[0].startswith("submit.submissionId:"), found

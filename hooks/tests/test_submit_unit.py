@@ -55,7 +55,7 @@ def test_runtime_env_metadata_and_resources() -> None:
     assert submit.runtime_env(raw) == {"env_vars": raw["runtimeEnv"]["envVars"]}
     assert submit.entrypoint_resources(raw) == {"gpu_node": 0.001}
     meta = submit.metadata(raw)
-    assert meta[submit.META_RELEASE] == "miles" and meta[submit.META_HASH] == specmod.job_hash(raw)
+    assert meta[submit.META_RELEASE] == "miles" and meta[submit.META_RUN_ID] == raw["run"]["id"]
     assert all(isinstance(v, str) for v in meta.values())
 
 

@@ -153,7 +153,7 @@ def test_derived_topology(scenario):
         if spec["mode"] == "rayJob":  # the cluster KubeRay makes from the RayJob's spec.rayClusterSpec
             (job,) = find(documents, "RayJob")
             rc = {"metadata": job["metadata"], "spec": job["spec"]["rayClusterSpec"]}
-            assert job["spec"]["jobId"] == job["metadata"]["name"] == spec["submit"]["jobId"]
+            assert job["spec"]["jobId"] == spec["submit"]["submissionId"]
         else:
             (rc,) = find(documents, "RayCluster")
         (group,) = rc["spec"]["workerGroupSpecs"]

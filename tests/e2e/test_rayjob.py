@@ -75,8 +75,8 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
     if helm == "helm4":  # the retry is shown once; under Helm 3 the run goes through at the first attempt
         out_dir.mkdir(parents=True, exist_ok=True)
         marker.write_text("fail the first attempt after its first checkpoint save\n")
-    job_id = raw["submit"]["jobId"]
-    assert re.fullmatch(r"miles-[0-9a-f]{8}", job_id), job_id
+    job_id = raw["submit"]["submissionId"]
+    assert re.fullmatch(r"miles-[0-9a-f]{12}", job_id), job_id
 
     started = time.monotonic()
     tb.deploy(helm, "install", release, namespace, COLOCATED, *extra)

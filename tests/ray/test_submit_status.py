@@ -15,7 +15,7 @@ import pytest
 from miles_hooks.core import runspec as specmod
 from miles_hooks.steps import status, submit
 from ray.job_submission import JobStatus, JobSubmissionClient
-from ray_testlib import LocalRay, make_spec, write_spec
+from ray_testlib import LocalRay, make_spec, stand_in_run_identity, write_spec
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -111,6 +111,7 @@ def test_changed_spec_restarts_previous_job(local_ray: LocalRay, tmp_path: Path)
     changed = json.loads(json.dumps(raw))
     changed["train"]["args"] = ["--sleep", "0", "--lr", "1e-6"]
     changed["release"]["revision"] = 2
+    stand_in_run_identity(changed)
     path2 = write_spec(tmp_path / "run2.json", changed)
     second = submit.run(specmod.load(path2))
     assert second["created"] is True and second["submissionId"] != first["submissionId"]
@@ -130,6 +131,7 @@ def test_changed_spec_with_on_change_fail_is_refused(local_ray: LocalRay, tmp_pa
     wait_state(client, first["submissionId"], {"RUNNING", "PENDING"})
     changed = json.loads(json.dumps(raw))
     changed["train"]["args"] = ["--sleep", "1"]
+    stand_in_run_identity(changed)
     proc = cli("submit", "--spec", str(write_spec(tmp_path / "b.json", changed)))
     assert proc.returncode == 1
     assert "submit.onChange" in proc.stderr and first["submissionId"] in proc.stderr

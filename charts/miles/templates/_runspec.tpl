@@ -41,6 +41,9 @@ args, which the submitted entrypoint expands at run time in the same shell.
   "--prompt-data" (include "miles.promptData" .)
   "--input-key" $v.data.inputKey
   "--label-key" $v.data.labelKey) -}}
+{{- /* a resume checks the checkpoint's optimiser schedule against these values and asserts on any difference
+  unless told whose to follow (Megatron's OptimizerParamScheduler._check_and_set) */ -}}
+{{- $a = append $a (ternary "--use-checkpoint-opt_param-scheduler" "--override-opt_param-scheduler" (eq $r.checkpoint.resumeSchedule "checkpoint")) -}}
 {{- if gt (int $r.checkpoint.retainInterval) 0 -}}
 {{- $a = concat $a (list "--save-retain-interval" (toString (int $r.checkpoint.retainInterval))) -}}
 {{- end -}}
@@ -100,30 +103,14 @@ args, which the submitted entrypoint expands at run time in the same shell.
 {{- end -}}
 
 {{/*
-miles.runSpec: the run spec dict (docs/chart.md "The run spec"), as pretty JSON.
-Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/chart.
+miles.runDefinition: what defines the run (the job-defining sections of the run spec), as compact JSON with sorted
+keys. Its SHA-256 is the run's identity (miles.runId): the same definition is the same run in every mode (one
+submission id, one RayJob per cluster shape), a changed one is a new run. Everything else in the spec (release
+revision, chart version, hooks image, checks, prepare and convert settings, the Ray pods' shape) can change
+without restarting training. docs/day2.md says which values are in it.
 */}}
-{{- define "miles.runSpec" -}}
+{{- define "miles.runDefinition" -}}
 {{- $v := .Values -}}
-{{- $full := include "miles.fullname" . -}}
-{{- $t := include "miles.topology" . | fromJson -}}
-{{- $pools := include "miles.pools" . | fromJson -}}
-{{- $convertRequests := dict -}}
-{{- range $name, $quantity := (($v.hooks.convert.resources | default dict).requests | default dict) -}}
-{{- $_ := set $convertRequests $name (toString $quantity) -}}
-{{- end -}}
-{{- /* whether the GPU convert pod runs in this phase (preflight checks its pool then): on install, and on an upgrade only when its hook annotation names pre-upgrade */ -}}
-{{- $convertRuns := and $v.hooks.convert.enabled (or .Release.IsInstall (contains "pre-upgrade" (toString (index $v.hooks.convert.annotations "helm.sh/hook")))) -}}
-{{- $rayJob := eq $v.mode "rayJob" -}}
-{{- /* in mode rayJob the hooks reach the cluster through the RayJob's own head Service, which follows each attempt's cluster */ -}}
-{{- $rc := ternary (include "miles.rayJobName" .) (include "miles.rayClusterName" .) $rayJob -}}
-{{- $rayEnabled := ne $v.mode "singleNode" -}}
-{{- $headSvc := printf "%s-head-svc" $rc -}}
-{{- $dashboard := printf "http://%s.%s.svc:8265" $headSvc .Release.Namespace -}}
-{{- if not $rayEnabled -}}
-{{- $headSvc = "127.0.0.1" -}}
-{{- $dashboard = "http://127.0.0.1:8265" -}}
-{{- end -}}
 {{- $out := include "miles.outputDir" . -}}
 {{- $evalData := list -}}
 {{- range $v.data.evalData -}}
@@ -134,23 +121,13 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- $datasets = append $datasets (dict "repoId" .repoId "revision" .revision "files" .files "path" (include "miles.path" (dict "context" $ "path" .path))) -}}
 {{- end -}}
 {{- $rewardUrl := include "miles.rewardUrl" . -}}
-{{- $gpuChecks := $v.checks.gpu -}}
-{{- $spec := dict
-  "schemaVersion" 2
-  "release" (dict "name" .Release.Name "namespace" .Release.Namespace "revision" (int .Release.Revision) "fullname" $full "chartVersion" .Chart.Version "appVersion" .Chart.AppVersion)
+{{- $def := dict
+  "release" (dict "name" .Release.Name "namespace" .Release.Namespace)
   "mode" $v.mode
-  "images" (dict "miles" (include "miles.image" .) "hooks" (include "miles.hooksImage" .) "milesRollingTag" (eq (include "miles.rollingTag" .) "true"))
-  "rayCluster" (dict
-    "enabled" $rayEnabled
-    "name" $rc
-    "rayVersion" $v.rayCluster.rayVersion
-    "headService" $headSvc
-    "dashboardUrl" $dashboard
-    "headGpus" (ternary (int $v.rayCluster.head.gpus) 0 $rayEnabled)
-    "workerGroup" $v.rayCluster.workers.groupName
-    "head" $pools.head
-    "worker" $pools.worker)
-  "topology" $t
+  "milesImage" (include "miles.image" .)
+  "rayVersion" $v.rayCluster.rayVersion
+  "entrypointResources" $v.submit.entrypointResources
+  "topology" (include "miles.topology" . | fromJson)
   "model" (dict
     "repoId" $v.model.repoId
     "revision" $v.model.revision
@@ -179,7 +156,76 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
     "args" (include "miles.trainArgs" . | fromJsonArray))
   "runtimeEnv" (dict "envVars" (include "miles.runtimeEnv" . | fromJson))
   "reward" (dict "type" (include "miles.rewardType" .) "url" (ternary $rewardUrl nil (ne $rewardUrl "")) "serviceEnabled" $v.reward.enabled)
-  "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionIdPrefix" $full "jobId" (ternary $rc "" $rayJob))
+-}}
+{{- toJson $def -}}
+{{- end -}}
+
+{{/* miles.runId: the run's identity, the SHA-256 of miles.runDefinition (64 hex). */}}
+{{- define "miles.runId" -}}
+{{- include "miles.runDefinition" . | sha256sum -}}
+{{- end -}}
+
+{{/*
+miles.submissionId: the Ray job's submission id in every mode: the release's full name (at most 40 characters),
+then the first 12 hex of the run's identity. The same run is never submitted twice under another id.
+*/}}
+{{- define "miles.submissionId" -}}
+{{- printf "%s-%s" (include "miles.fullname" . | trunc 40 | trimSuffix "-") (include "miles.runId" . | trunc 12) -}}
+{{- end -}}
+
+{{/*
+miles.runSpec: the run spec dict (docs/chart.md "The run spec"), as pretty JSON.
+Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/chart.
+*/}}
+{{- define "miles.runSpec" -}}
+{{- $v := .Values -}}
+{{- $full := include "miles.fullname" . -}}
+{{- $t := include "miles.topology" . | fromJson -}}
+{{- $pools := include "miles.pools" . | fromJson -}}
+{{- $convertRequests := dict -}}
+{{- range $name, $quantity := (($v.hooks.convert.resources | default dict).requests | default dict) -}}
+{{- $_ := set $convertRequests $name (toString $quantity) -}}
+{{- end -}}
+{{- /* whether the GPU convert pod runs in this phase (preflight checks its pool then): on install, and on an upgrade only when its hook annotation names pre-upgrade */ -}}
+{{- $convertRuns := and $v.hooks.convert.enabled (or .Release.IsInstall (contains "pre-upgrade" (toString (index $v.hooks.convert.annotations "helm.sh/hook")))) -}}
+{{- $rayJob := eq $v.mode "rayJob" -}}
+{{- /* in mode rayJob the hooks reach the cluster through the RayJob's own head Service, which follows each attempt's cluster */ -}}
+{{- $rc := ternary (include "miles.rayJobName" .) (include "miles.rayClusterName" .) $rayJob -}}
+{{- $rayEnabled := ne $v.mode "singleNode" -}}
+{{- $headSvc := printf "%s-head-svc" $rc -}}
+{{- $dashboard := printf "http://%s.%s.svc:8265" $headSvc .Release.Namespace -}}
+{{- if not $rayEnabled -}}
+{{- $headSvc = "127.0.0.1" -}}
+{{- $dashboard = "http://127.0.0.1:8265" -}}
+{{- end -}}
+{{- $definition := include "miles.runDefinition" . -}}
+{{- $def := $definition | fromJson -}}
+{{- $runId := $definition | sha256sum -}}
+{{- $gpuChecks := $v.checks.gpu -}}
+{{- $spec := dict
+  "schemaVersion" 3
+  "release" (dict "name" .Release.Name "namespace" .Release.Namespace "revision" (int .Release.Revision) "fullname" $full "chartVersion" .Chart.Version "appVersion" .Chart.AppVersion)
+  "mode" $v.mode
+  "images" (dict "miles" (include "miles.image" .) "hooks" (include "miles.hooksImage" .) "milesRollingTag" (eq (include "miles.rollingTag" .) "true"))
+  "rayCluster" (dict
+    "enabled" $rayEnabled
+    "name" $rc
+    "rayVersion" $v.rayCluster.rayVersion
+    "headService" $headSvc
+    "dashboardUrl" $dashboard
+    "headGpus" (ternary (int $v.rayCluster.head.gpus) 0 $rayEnabled)
+    "workerGroup" $v.rayCluster.workers.groupName
+    "head" $pools.head
+    "worker" $pools.worker)
+  "topology" $def.topology
+  "model" $def.model
+  "data" $def.data
+  "output" $def.output
+  "train" $def.train
+  "runtimeEnv" $def.runtimeEnv
+  "reward" $def.reward
+  "run" (dict "id" $runId "definedBy" (keys $def | sortAlpha))
+  "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionId" (printf "%s-%s" ($full | trunc 40 | trimSuffix "-") ($runId | trunc 12)))
   "storage" (dict "mountPath" $v.storage.mountPath "claimName" (include "miles.claimName" .) "createdByChart" (ne $v.storage.type "existingClaim") "kind" $v.storage.type)
   "secrets" (include "miles.secretRefs" . | fromJsonArray)
   "checks" (dict

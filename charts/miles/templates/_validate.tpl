@@ -378,14 +378,34 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- /* a flag the chart renders from a value, repeated in extraArgs: miles' argparse keeps the last one, silently */ -}}
+{{- /* a setting the chart renders, set again in extraArgs under any spelling miles' parser accepts (the same flag,
+  --flag=value, an alias or a negation with the same destination; files/train-flags.json, generated from the pinned
+  parser): argparse keeps the last one, silently */ -}}
 {{- $trainArgs := include "miles.trainArgs" . | fromJsonArray -}}
 {{- $ownArgs := slice $trainArgs 0 (sub (len $trainArgs) (len ($r.extraArgs | default list))) -}}
-{{- $flagValues := dict "--colocate" "topology.colocate" "--sequence-parallel" "topology.sequenceParallel" "--use-tensorboard" "recipe.tracking.tensorboard" "--use-wandb" "recipe.tracking.wandb.enabled" "--use-fault-tolerance" "recipe.useFaultTolerance" "--actor-num-nodes" "topology.actorNodes" "--tensor-model-parallel-size" "topology.tensorParallel" "--pipeline-model-parallel-size" "topology.pipelineParallel" "--expert-model-parallel-size" "topology.expertParallel" "--rollout-num-gpus" "topology.rolloutGpus" "--rollout-num-gpus-per-engine" "topology.rolloutGpusPerEngine" -}}
+{{- $parser := $.Files.Get "files/train-flags.json" | fromJson -}}
+{{- $destOf := $parser.destOf -}}
+{{- /* where each setting comes from; the flags rendered only for some values are here even when not rendered */ -}}
+{{- $flagValues := dict "--colocate" "topology.colocate" "--sequence-parallel" "topology.sequenceParallel" "--use-tensorboard" "recipe.tracking.tensorboard" "--use-wandb" "recipe.tracking.wandb.enabled" "--use-fault-tolerance" "recipe.useFaultTolerance" "--actor-num-nodes" "topology.actorNodes" "--tensor-model-parallel-size" "topology.tensorParallel" "--pipeline-model-parallel-size" "topology.pipelineParallel" "--expert-model-parallel-size" "topology.expertParallel" "--rollout-num-gpus" "topology.rolloutGpus" "--rollout-num-gpus-per-engine" "topology.rolloutGpusPerEngine" "--lr" "recipe.lr" "--lr-decay-style" "recipe.lrDecayStyle" "--weight-decay" "recipe.weightDecay" "--save-interval" "recipe.saveInterval" "--num-rollout" "recipe.numRollout" "--global-batch-size" "recipe.globalBatchSize" "--rollout-batch-size" "recipe.rolloutBatchSize" "--sglang-expert-parallel-size" "recipe.sglangExpertParallel" "--sglang-moe-runner-backend" "recipe.sglangMoeRunnerBackend" "--max-tokens-per-gpu" "recipe.maxTokensPerGpu" "--use-dynamic-batch-size" "recipe.maxTokensPerGpu" "--save-retain-interval" "recipe.checkpoint.retainInterval" "--eval-interval" "recipe.evalInterval" "--eval-prompt-data" "data.evalData" "--recompute-granularity" "recipe.memory.recompute" "--optimizer-cpu-offload" "recipe.memory.optimizerCpuOffload" "--apply-chat-template" "data.applyChatTemplate" "--rollout-shuffle" "recipe.rolloutShuffle" "--balance-data" "recipe.balanceData" "--rm-url" "reward" "--wandb-project" "recipe.tracking.wandb.project" "--override-opt_param-scheduler" "recipe.checkpoint.resumeSchedule" "--use-checkpoint-opt_param-scheduler" "recipe.checkpoint.resumeSchedule" -}}
+{{- $rendered := dict -}}
+{{- range $f := concat $ownArgs (keys $flagValues) -}}
+{{- with get $destOf (toString $f) -}}{{- if not (hasKey $rendered .) -}}{{- $_ := set $rendered . (toString $f) -}}{{- end -}}{{- end -}}
+{{- end -}}
 {{- range $i, $a := $r.extraArgs | default list -}}
-{{- $flag := toString $a -}}
-{{- if and (hasPrefix "--" $flag) (or (has $flag $ownArgs) (hasKey $flagValues $flag)) -}}
-{{- $e = append $e (printf "recipe.extraArgs[%d]: expected a flag the chart does not render, found %s (the chart writes it from %s: set that value instead; a repeated flag silently overrides the chart's topology and accounting)" $i $flag (get $flagValues $flag | default "its values")) -}}
+{{- $arg := toString $a -}}
+{{- if hasPrefix "-" $arg -}}
+{{- $name := first (splitList "=" $arg) -}}
+{{- $dest := get $destOf $name -}}
+{{- /* a parser that takes abbreviations would read a unique prefix of a flag as that flag */ -}}
+{{- if and (not $dest) $parser.allowAbbrev (hasPrefix "--" $name) -}}
+{{- range $opt, $d := $destOf -}}{{- if and (not $dest) (hasPrefix $name $opt) (hasKey $rendered $d) -}}{{- $dest = $d -}}{{- end -}}{{- end -}}
+{{- end -}}
+{{- if and $dest (hasKey $rendered $dest) -}}
+{{- $own := get $rendered $dest -}}
+{{- $spelling := ternary "" (printf ", another spelling of %s" $own) (eq $name $own) -}}
+{{- $shown := ternary (printf "%s=…" $name) $name (contains "=" $arg) -}}
+{{- $e = append $e (printf "recipe.extraArgs[%d]: expected a flag the chart does not render, found %s%s (the chart writes it from %s: set that value instead; a repeated setting silently overrides the chart's topology and accounting)" $i $shown $spelling (get $flagValues $own | default "its values; see `miles-hooks plan`")) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- /* the converter runs one process per GPU of one node (hooks.convert.nprocPerNode GPUs on the pod) */ -}}

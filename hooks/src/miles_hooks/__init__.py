@@ -7,4 +7,4 @@ miles image, which has none of our pins.
 
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3

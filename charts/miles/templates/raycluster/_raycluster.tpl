@@ -272,21 +272,12 @@ workerGroupSpecs:
 {{- end -}}
 
 {{/*
-miles.rayJobName: the RayJob's name and job id (mode rayJob): rayCluster.name or the full name, then 8 hex of
-a hash of what defines the run: the cluster's spec and what the submitter submits (train arguments, runtime
-env, entrypoint resources, image, profile, entrypoint). KubeRay does not act on a changed RayJob, so a
-changed run must be a new one. At most 47 characters (KubeRay appends 6 to name the cluster it creates).
+miles.rayJobName: the RayJob's name (mode rayJob): rayCluster.name or the full name, then 8 hex of a hash of the
+run's identity (miles.runId) and the cluster's spec. KubeRay does not act on a changed RayJob, so a changed run or
+a changed cluster is a new RayJob; its job keeps the run's submission id (miles.submissionId), so the same run on a
+new cluster resumes under the same id. At most 47 characters (KubeRay appends 6 to name the cluster it creates).
 */}}
 {{- define "miles.rayJobName" -}}
-{{- $v := .Values -}}
-{{- $base := default (include "miles.fullname" .) $v.rayCluster.name -}}
-{{- $job := list
-  (include "miles.rayClusterSpec" .)
-  (include "miles.trainArgs" .)
-  (include "miles.runtimeEnv" .)
-  (toJson $v.submit.entrypointResources)
-  (include "miles.image" .)
-  $v.model.profile
-  $v.recipe.entrypoint -}}
-{{- printf "%s-%s" ($base | trunc 38 | trimSuffix "-") (toJson $job | sha256sum | trunc 8) -}}
+{{- $base := default (include "miles.fullname" .) .Values.rayCluster.name -}}
+{{- printf "%s-%s" ($base | trunc 38 | trimSuffix "-") (list (include "miles.runId" .) (include "miles.rayClusterSpec" .) | toJson | sha256sum | trunc 8) -}}
 {{- end -}}

@@ -7,7 +7,6 @@ the value found. ``jsonschema`` is imported lazily so that ``import miles_hooks`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -22,25 +21,6 @@ from miles_hooks.core.errors import SpecError
 from miles_hooks.core.runspec_types import RawSpec
 
 DEFAULT_SPEC_PATH = "/etc/miles/run.json"
-
-# Parts of the spec that define the Ray job. A change in any of them is a new job (a new submission
-# id); everything else (release revision, chart version, hooks image, check thresholds, prepare and
-# convert settings) can change on `helm upgrade` without restarting training.
-JOB_DEFINING_KEYS: tuple[str, ...] = (
-    "mode",
-    "topology",
-    "model",
-    "data",
-    "output",
-    "train",
-    "runtimeEnv",
-    "reward",
-)
-JOB_DEFINING_SUBKEYS: dict[str, tuple[str, ...]] = {
-    "images": ("miles",),
-    "rayCluster": ("name", "rayVersion"),
-    "submit": ("entrypointResources",),
-}
 
 # Env var names that look like credentials must come from Secrets (spec.secrets), never from the
 # plain runtime env that ends up in the Ray job's metadata. The chart refuses the same names in its
@@ -75,8 +55,8 @@ class RunSpec:
     def dashboard_url(self) -> str:
         return str(self.raw["rayCluster"]["dashboardUrl"]).rstrip("/")
 
-    def job_hash(self) -> str:
-        return job_hash(self.raw)
+    def run_id(self) -> str:
+        return run_id(self.raw)
 
     def submission_id(self) -> str:
         return submission_id(self.raw)
@@ -218,33 +198,12 @@ def load_raw(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def job_view(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The job-defining part of a spec (see JOB_DEFINING_KEYS)."""
-    view: dict[str, Any] = {k: raw.get(k) for k in JOB_DEFINING_KEYS}
-    for key, subkeys in JOB_DEFINING_SUBKEYS.items():
-        section = raw.get(key) or {}
-        view[key] = {s: section.get(s) for s in subkeys}
-    view["release"] = {"name": raw["release"]["name"], "namespace": raw["release"]["namespace"]}
-    return view
-
-
-def job_hash(raw: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(job_view(raw)).encode()).hexdigest()
+def run_id(raw: Mapping[str, Any]) -> str:
+    """The run's identity as the chart computed it (``run.id``: the SHA-256 of the job-defining sections)."""
+    return str(raw["run"]["id"])
 
 
 def submission_id(raw: Mapping[str, Any]) -> str:
-    """Deterministic Ray submission id: ``<prefix>-<first 12 hex of the job hash>``.
-
-    The prefix comes from ``submit.submissionIdPrefix`` (the chart renders the release fullname); the
-    hash covers the release name/namespace and every job-defining field, so the same spec always maps
-    to the same id and an unchanged `helm upgrade` submits nothing. In mode rayJob the id is the
-    chart's ``submit.jobId`` (the RayJob's name, which KubeRay polls; its hash is the chart's).
-    """
-    if raw["submit"].get("jobId"):
-        return str(raw["submit"]["jobId"])
-    prefix = str(raw["submit"]["submissionIdPrefix"])[:40].rstrip("-")
-    return f"{prefix}-{job_hash(raw)[:12]}"
+    """The Ray job's id in every mode (``submit.submissionId``, the chart's ``miles.submissionId``): the same
+    run always maps to the same id, so an unchanged `helm upgrade` submits nothing."""
+    return str(raw["submit"]["submissionId"])

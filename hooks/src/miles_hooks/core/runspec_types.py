@@ -145,11 +145,15 @@ class RewardSpec(TypedDict):
     serviceEnabled: bool
 
 
+class RunIdentitySpec(TypedDict):
+    id: str  # SHA-256 of the job-defining sections (the chart's miles.runDefinition)
+    definedBy: list[str]
+
+
 class SubmitSpec(TypedDict):
     onChange: Literal["restart", "fail"]
     entrypointResources: dict[str, float]
-    submissionIdPrefix: str
-    jobId: str  # mode rayJob: the RayJob's name and the id every attempt submits under; "" otherwise
+    submissionId: str  # the Ray job's id in every mode (the chart's miles.submissionId)
 
 
 class StorageSpec(TypedDict):
@@ -219,7 +223,7 @@ class ConvertSpec(TypedDict):
 class RawSpec(TypedDict):
     """The whole run spec: the ConfigMap `<fullname>-run`, key `run.json`."""
 
-    schemaVersion: Literal[2]
+    schemaVersion: Literal[3]
     release: ReleaseSpec
     mode: Literal["rayCluster", "rayJob", "singleNode"]
     images: ImagesSpec
@@ -231,6 +235,7 @@ class RawSpec(TypedDict):
     train: TrainSpec
     runtimeEnv: RuntimeEnvSpec
     reward: RewardSpec
+    run: RunIdentitySpec
     submit: SubmitSpec
     storage: StorageSpec
     secrets: list[SecretSpec]

@@ -20,7 +20,7 @@ def plan_json(spec: RunSpec) -> dict[str, Any]:
         "data": raw["data"],
         "output": raw["output"],
         "submissionId": spec.submission_id(),
-        "jobHash": spec.job_hash(),
+        "runId": spec.run_id(),
         "entrypoint": build_entrypoint(raw),
         "entrypointResources": entrypoint_resources(raw),
         "runtimeEnvVars": sorted(raw["runtimeEnv"]["envVars"]),

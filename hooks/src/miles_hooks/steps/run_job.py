@@ -1,7 +1,8 @@
 """run-job: the submitter pod of the RayJob (mode rayJob): check the cluster, submit once, follow the job.
 
 KubeRay starts this pod when an attempt's RayCluster is ready, with the job id it polls in
-``RAY_JOB_SUBMISSION_ID`` (the run spec's ``submit.jobId``, the RayJob's name) and that attempt's dashboard
+``RAY_JOB_SUBMISSION_ID`` (the RayJob's ``spec.jobId``, the run spec's ``submit.submissionId``) and that
+attempt's dashboard
 in ``RAY_DASHBOARD_ADDRESS``: the cluster's own head Service, whose name changes with each attempt. (The
 Service KubeRay makes in the RayJob's name selects ``app.kubernetes.io/name=kuberay``, a label the chart's
 Ray pods do not carry: it never has an endpoint.) The steps:
@@ -62,7 +63,7 @@ def job_id(spec: RunSpec, environ: dict[str, str]) -> str:
     if given and given != sid:
         raise CheckFailed(
             f"run-job: KubeRay asks for job {given} ({KUBERAY_JOB_ID_ENV}) but the run spec names "
-            f"{sid} (submit.jobId): this RayJob belongs to an earlier revision of the release, whose "
+            f"{sid} (submit.submissionId): this RayJob belongs to an earlier run of the release, whose "
             "run spec has been replaced; Helm deletes it, and the new RayJob runs the new spec"
         )
     return sid

@@ -21,14 +21,14 @@ from miles_hooks import __version__
 from miles_hooks.core import fsutil, log, rayjobs
 from miles_hooks.core.entrypoint import build_entrypoint, entrypoint_resources
 from miles_hooks.core.errors import CheckFailed
-from miles_hooks.core.runspec import RunSpec, job_hash
+from miles_hooks.core.runspec import RunSpec, run_id
 from miles_hooks.core.runspec_types import RawSpec
 
 LOG = log.get("submit")
 
 META_RELEASE = "miles.release"
 META_NAMESPACE = "miles.namespace"
-META_HASH = "miles.jobHash"
+META_RUN_ID = "miles.runId"
 META_REVISION = "miles.revision"
 META_TOOL = "miles.submittedBy"
 DEFAULT_STOP_TIMEOUT = 300.0  # seconds a previous job gets to stop on a spec change
@@ -46,7 +46,7 @@ def metadata(raw: RawSpec) -> dict[str, str]:
     return {
         META_RELEASE: str(raw["release"]["name"]),
         META_NAMESPACE: str(raw["release"]["namespace"]),
-        META_HASH: job_hash(raw),
+        META_RUN_ID: run_id(raw),
         META_REVISION: str(raw["release"]["revision"]),
         META_TOOL: f"miles-hooks {__version__}",
     }
@@ -86,7 +86,7 @@ def provenance_record(
         "kind": "miles-hooks/provenance",
         "version": 1,
         "submissionId": sid,
-        "jobHash": spec.job_hash(),
+        "runId": spec.run_id(),
         "createdBySubmit": created,
         "submittedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(submitted_at)),
         "release": raw["release"],
@@ -173,7 +173,7 @@ def run(spec: RunSpec, stop_timeout: float = DEFAULT_STOP_TIMEOUT, dry_run: bool
         extra={
             "fields": {
                 "submission_id": sid,
-                "job_hash": spec.job_hash()[:12],
+                "run_id": spec.run_id()[:12],
                 "dashboard": spec.dashboard_url,
             }
         },

@@ -61,7 +61,7 @@ def read(path: str | Path, spec: RunSpec) -> dict[str, Any]:
             "submissionId": record.get("submissionId"),
             "submittedAt": record.get("submittedAt"),
             "submittedAtEpoch": parse_time(record.get("submittedAt")),
-            "jobHash": record.get("jobHash"),
+            "runId": record.get("runId"),
             "release": record.get("release"),
             "milesImage": images.get("miles"),
             "milesDigest": images.get("milesDigest"),

@@ -154,7 +154,7 @@ def run_probe(
         "spec": raw,
     }
     package = str(Path(__file__).resolve().parents[2])  # the miles_hooks directory
-    sid = f"{raw['submit']['submissionIdPrefix'][:30]}-verify-{int(time.time())}-{secrets.token_hex(2)}"
+    sid = f"{raw['release']['fullname'][:30]}-verify-{int(time.time())}-{secrets.token_hex(2)}"
     rayjobs.submit_job(
         cl,
         entrypoint="python3 -m miles_hooks.steps.verify.driver",
