@@ -98,3 +98,6 @@ REAL_NODE_TAINTS=${REAL_NODE_TAINTS:-miles-testbed/real-node=true:NoSchedule}
 # scenario's converter asks for all 8. A GPU pod that does not tolerate the taint (every Ray worker) still never
 # lands here.
 REAL_NODE_GPUS=${REAL_NODE_GPUS:-$GPU_PER_NODE}
+# The images (keys of .tools/images/manifest.json) the real node's containerd imports; empty = all. A testbed that
+# runs only hook pods needs "pause miles-hooks" (the miles stand-in alone is ~3 GB and most of the import time).
+NODE_IMAGES=${NODE_IMAGES:-}

@@ -137,7 +137,7 @@ EOF
   start_proc containerd "${in_netns[@]}" containerd --config "$node_dir/containerd/config.toml"
   wait_for "containerd" 30 "${ctr[@]}" version
   local archive
-  for archive in $(python3 -c 'import json,sys; print(" ".join(e["archive"] for e in json.load(open(sys.argv[1])).values() if "archive" in e))' "$manifest"); do
+  for archive in $(python3 -c 'import json,sys; keep=sys.argv[2].split(); print(" ".join(e["archive"] for k, e in json.load(open(sys.argv[1])).items() if "archive" in e and (not keep or k in keep)))' "$manifest" "$NODE_IMAGES"); do
     "${ctr[@]}" images import "$archive" >/dev/null
   done
   log "imported $(("$("${ctr[@]}" images ls -q | wc -l)")) image references into the node's containerd"

@@ -33,6 +33,8 @@ SIDE_ENV = {
     "FSX_DIR": "/tmp/miles-testbed-fsx-side",
     "NODES": "0",
     "CPU_NODES": "1",
+    # its pod runs the hooks image: the other images would only lengthen the import
+    "NODE_IMAGES": "pause miles-hooks",
 }
 # the kubelet's container garbage collection, evictPodLogsDirectories included, runs once a minute
 # (ContainerGCPeriod in pkg/kubelet); waiting longer than that lets each kubelet run it with the other's pods
