@@ -226,7 +226,7 @@ def test_colocated_lifecycle(
 
     # upgrade with a changed worker template: new Ray pods (crd: the same RayCluster's, nameHash: a new
     # RayCluster's), a new head among them, whose fresh job table holds one job: the run's, submitted to the
-    # new head (its submission id covers the recipe and the cluster's name, not the pods' template)
+    # new head under the same id (the run's identity covers the recipe, not the cluster's name or pods)
     head_before = head_pod(ns, cluster)["metadata"]["uid"]
     changed = [*recipe, "--set", "gpuPods.nccl.debug=INFO"]
     upgraded = time.time()
@@ -255,7 +255,7 @@ def test_colocated_lifecycle(
     check_cluster_shape(ns, spec2)
     assert head_pod(ns, spec2["rayCluster"]["name"])["metadata"]["uid"] != head_before
     job2 = check_single_job(rel, ns, spec2)
-    assert (job2["submission_id"] == job_recipe["submission_id"]) == (upgrade_method == "crd")
+    assert job2["submission_id"] == job_recipe["submission_id"]
     assert [j["submission_id"] for j in tb.release_jobs(rel, ns)] == [job2["submission_id"]]
 
     # uninstall removes everything the release created, hook leftovers included

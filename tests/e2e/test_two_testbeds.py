@@ -112,6 +112,14 @@ def test_two_testbeds_side_by_side_keep_their_pod_logs(testbed: Path, namespace:
         wait_logged(side_kc, namespace, pod, side_line)
         started = time.monotonic()
 
+        time.sleep(max(0.0, KUBELET_GC_PERIOD_S + 10 - (time.monotonic() - started)))
+        for kc, line in ((tb.KUBECONFIG, e2e_line), (side_kc, side_line)):
+            res = pod_log(kc, namespace, pod)
+            assert res.rc == 0 and line in res.out, (
+                f"{kc}: the log of {namespace}/{pod} after both kubelets' garbage collection: rc {res.rc}\n"
+                f"{res.out}{res.err}"
+            )
+
         # each kubelet keeps its container logs in its own state directory, never in the host's /var/log/pods
         for cluster_dir in (tb.CLUSTER_DIR, SIDE_DIR):
             own = cluster_dir / "node" / "pod-logs"
@@ -120,14 +128,6 @@ def test_two_testbeds_side_by_side_keep_their_pod_logs(testbed: Path, namespace:
         host_default = Path("/var/log/pods")
         stray = sorted(d.name for d in host_default.glob(f"{namespace}_*")) if host_default.is_dir() else []
         assert not stray, f"pod logs in the host's {host_default}: {stray}"
-
-        time.sleep(max(0.0, KUBELET_GC_PERIOD_S + 10 - (time.monotonic() - started)))
-        for kc, line in ((tb.KUBECONFIG, e2e_line), (side_kc, side_line)):
-            res = pod_log(kc, namespace, pod)
-            assert res.rc == 0 and line in res.out, (
-                f"{kc}: the log of {namespace}/{pod} after both kubelets' garbage collection: rc {res.rc}\n"
-                f"{res.out}{res.err}"
-            )
     finally:
         tb.run([str(tb.REPO / "testbed" / "down.sh")], env=SIDE_ENV, timeout=180)
 
