@@ -117,6 +117,21 @@ def document(spec: dict[str, Any], argv: list[str] | None = None) -> dict[str, A
     }
 
 
+def contract_run(args: list[str], payload: Any) -> str:
+    """``args`` run by the contract venv's interpreter with ``payload`` as JSON on stdin; its stdout's last
+    line (the drivers print one JSON result there, after whatever upstream printed)."""
+    done = subprocess.run(
+        [contract_python(), *args],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, f"{args[0]} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return done.stdout.strip().splitlines()[-1]
+
+
 def parse(doc: dict[str, Any]) -> dict[str, Any]:
     """Runs the real parser (ci/miles-contract/parse_argv.py in the contract venv) on ``doc``."""
     done = subprocess.run(

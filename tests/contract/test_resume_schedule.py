@@ -18,12 +18,11 @@ chart's flag off, which is all that the flag changes).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from contractlib import SCENARIOS, contract_python, document, model_args, render, run_spec
+from contractlib import SCENARIOS, contract_run, document, model_args, render, run_spec
 
 DRIVER = Path(__file__).resolve().parent / "resume_driver.py"
 FIRST = ("recipe.lr=1e-6", "recipe.lrDecayStyle=linear", "recipe.numRollout=100")
@@ -61,16 +60,7 @@ def resumed() -> list[dict[str, Any]]:
         "resumes": RESUMES,
         "steps": 10,
     }
-    done = subprocess.run(
-        [contract_python(), str(DRIVER)],
-        input=json.dumps(doc),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(contract_run([str(DRIVER)], doc))
     failed = {name: run["error"] for name, run in result["runs"].items() if not run["ok"]}
     assert not failed, failed
     out: list[dict[str, Any]] = result["resumes"]

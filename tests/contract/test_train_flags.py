@@ -9,11 +9,10 @@ user's spelling, and the chart, rendered by the real Helm, refuses that spelling
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from contractlib import SCENARIOS, contract_python, render, run_spec
+from contractlib import SCENARIOS, contract_run, render, run_spec
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATOR_DIR = REPO / "ci" / "miles-contract"
@@ -46,22 +45,9 @@ print(json.dumps(out))
 
 def test_the_real_parser_takes_each_refused_spelling_as_the_charts_setting() -> None:
     chart_argv = run_spec(render(SCENARIOS["moe"], *MOE_EP2))["train"]["args"]
-    done = subprocess.run(
-        [
-            contract_python(),
-            "-c",
-            _PARSE_AFTER,
-            str(GENERATOR_DIR),
-            str(REPO / "charts" / "miles" / "files" / "train-flags.json"),
-        ],
-        input=json.dumps([chart_argv, OVERRIDES]),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    table = REPO / "charts" / "miles" / "files" / "train-flags.json"
+    out = contract_run(["-c", _PARSE_AFTER, str(GENERATOR_DIR), str(table)], [chart_argv, OVERRIDES])
+    results = json.loads(out)
     for (own, user, expected), got in zip(OVERRIDES, results, strict=True):
         assert not got["unknown"], (user, got)
         assert got["value"] == pytest.approx(expected), f"{own} then {user}: {got['dest']} = {got['value']}"
