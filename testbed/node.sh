@@ -227,9 +227,12 @@ node_certs() {
 node_down() {
   local name
   for name in kube-proxy kubelet; do stop_proc "$name"; done
+  local sandboxes=()
   if [[ -S $node_dir/containerd/containerd.sock ]]; then
     local task
     for task in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks kill -s SIGKILL "$task" >/dev/null 2>&1 || true; done
+    # the sandboxes' ids name their entries in containerd's CNI result cache (below)
+    mapfile -t sandboxes < <("${ctr[@]}" containers ls -q 2>/dev/null)
   fi
   for name in containerd coredns apiserver-forward; do stop_proc "$name"; done
   # the runtime shims outlive containerd by design: stop those of this node's containerd
@@ -253,9 +256,11 @@ node_down() {
   # what is left on the host's own paths: the kubelet's links in /var/log/containers (that directory is fixed in the
   # kubelet; each link is named by its container's id and points into this node's pod-log directory, and a kubelet
   # removes only links whose target is gone) and containerd's CNI result cache (/var/lib/cni/results, one file per
-  # sandbox, named by this node's network)
+  # sandbox and network: ours, and the loopback network's for this node's sandboxes)
   find /var/log/containers -maxdepth 1 -type l -lname "$node_dir/pod-logs/*" -delete 2>/dev/null || true
   rm -f /var/lib/cni/results/"$cni_network"-* 2>/dev/null || true
+  local id
+  for id in "${sandboxes[@]}"; do rm -f /var/lib/cni/results/cni-loopback-"$id"-lo; done
   rm -rf "$node_dir/containerd/root" "$node_dir/containerd/state" "$node_dir/containerd/runc" "$node_dir/kubelet/root" \
     "$node_dir/pod-logs" "$node_dir/cni-ipam"
 }

@@ -134,6 +134,8 @@ def test_two_testbeds_side_by_side_keep_their_pod_logs(testbed: Path, namespace:
     # the second testbed took its own links and logs with it, and left the e2e testbed's alone
     assert not links_into(SIDE_DIR / "node" / "pod-logs")
     assert not (SIDE_DIR / "node" / "pod-logs").exists()
+    side_slot = int(SIDE_ENV["TESTBED_PORT_OFFSET"]) // 100
+    assert not list(Path("/var/lib/cni/results").glob(f"miles-testbed-{side_slot}-*"))
     assert links_into(tb.CLUSTER_DIR / "node" / "pod-logs")
     res = pod_log(tb.KUBECONFIG, namespace, pod)
     assert res.rc == 0 and e2e_line in res.out, res.err
