@@ -225,7 +225,7 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
   "runtimeEnv" $def.runtimeEnv
   "reward" $def.reward
   "run" (dict "id" $runId "definedBy" (keys $def | sortAlpha))
-  "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionId" (printf "%s-%s" ($full | trunc 40 | trimSuffix "-") ($runId | trunc 12)))
+  "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionId" (include "miles.submissionId" .))
   "storage" (dict "mountPath" $v.storage.mountPath "claimName" (include "miles.claimName" .) "createdByChart" (ne $v.storage.type "existingClaim") "kind" $v.storage.type)
   "secrets" (include "miles.secretRefs" . | fromJsonArray)
   "checks" (dict
