@@ -19,6 +19,13 @@ kubectl -n "$ns" create secret generic hf-token --from-literal=token=hf_testbed_
   --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 python3 "$root/tests/e2e/seed.py" >/dev/null
 values=(-f "$root/values/values-local-testbed.yaml" -f "$root/values/values-colocated.yaml")
+# Each demo is a fresh install and a new run: an earlier demo's release goes, and its run directory with it
+# (over a finished run the chart refuses to start a job that would train nothing: docs/day2.md).
+if helm status "$release" -n "$ns" >/dev/null 2>&1; then
+  log "removing the earlier demo release $release and its run directory"
+  helm uninstall "$release" -n "$ns" --wait --timeout 5m >/dev/null
+fi
+rm -rf "${FSX_DIR:?}/runs/$ns/$release"
 # Publish the converted checkpoint a previous run would have left, so the demo takes about a minute
 # (tests/e2e/test_real_convert.py runs a real conversion through the convert hook).
 "$root/.venv/bin/python" "$root/tests/e2e/seed.py" --publish-converted --release "$release" --namespace "$ns" \

@@ -115,7 +115,7 @@ def test_evaluate_workers_not_enough_names_nodes_and_value() -> None:
     raw["topology"]["workerReplicas"] = 3
     nodes = [node("g1"), node("g2", gpu=4), node("g3", cordoned=True), cpu_node("c1")]
     (err,) = errors(pf.evaluate_workers(nodes, raw))
-    assert err.subject == "rayCluster.worker"
+    assert err.subject == "topology.actorNodes"
     assert (
         "need 3 schedulable worker node(s)" in err.message
         and "found 1 usable of 3 matching (of 4 nodes)" in err.message
@@ -127,7 +127,7 @@ def test_evaluate_workers_partial_efa_is_reported_once_with_the_value_to_set() -
     raw = base_spec()
     nodes = [node("g1", efa=32), node("g2", efa=32)]
     errs = errors(pf.evaluate_workers(nodes, raw))
-    assert errs[0].subject == "checks.nodes.efaPerNode" and "set it to 32" in errs[0].message
+    assert errs[0].subject == "gpuPods.efa.count" and "set it to 32" in errs[0].message
     assert "g1, g2" in errs[0].message
 
 
@@ -247,7 +247,7 @@ def test_prometheus_findings() -> None:
     assert pf.prometheus_findings(False, raw) == []
     assert pf.prometheus_findings(True, raw)[0].level == pf.INFO
     del raw["runtimeEnv"]["envVars"]["PROMETHEUS_PORT"]
-    assert pf.prometheus_findings(True, raw)[0].subject == "runtimeEnv.envVars.PROMETHEUS_PORT"
+    assert pf.prometheus_findings(True, raw)[0].subject == "the run spec's runtimeEnv.envVars"
 
 
 @pytest.mark.parametrize(

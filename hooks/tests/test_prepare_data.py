@@ -218,7 +218,7 @@ def test_download_off_checks_presence(tmp_path: Path) -> None:
     spec = specmod.load(write(tmp_path / "run.json", raw))
     with pytest.raises(CheckFailed) as err:
         pd.run(spec)
-    assert "prepare.download=true" in str(err.value) and "config.json" in str(err.value)
+    assert "hooks.prepareData.download=true" in str(err.value) and "config.json" in str(err.value)
     make = make_mirror(tmp_path / "mirror", raw)
     raw["prepare"]["download"] = True
     pd.run(specmod.load(write(tmp_path / "run2.json", raw)), source_dir=str(make))

@@ -73,9 +73,10 @@ def test_schema_version_mismatch_is_explained() -> None:
 
 def test_secret_values_are_refused_in_runtime_env() -> None:
     found = problems_for(lambda r: r["runtimeEnv"]["envVars"].update({"HF_TOKEN": "x", "WANDB_API_KEY": "y"}))
-    assert any(p.startswith("runtimeEnv.envVars.HF_TOKEN: expected no value") for p in found)
+    assert any(p.startswith("the run spec's runtimeEnv.envVars HF_TOKEN: expected no value") for p in found)
     assert any(
-        p.startswith("runtimeEnv.envVars.WANDB_API_KEY: expected credentials only by Secret") for p in found
+        p.startswith("the run spec's runtimeEnv.envVars WANDB_API_KEY: expected credentials only by Secret")
+        for p in found
     )
 
 
@@ -101,7 +102,7 @@ def test_secret_like_names_are_whole_words() -> None:
         "PROXY_AUTH",
     ):
         found = problems_for(lambda r, n=name: r["runtimeEnv"]["envVars"].update({n: "v"}))
-        assert found and found[0].startswith(f"runtimeEnv.envVars.{name}:"), name
+        assert found and found[0].startswith(f"the run spec's runtimeEnv.envVars {name}:"), name
 
 
 def test_load_errors(tmp_path: Path) -> None:

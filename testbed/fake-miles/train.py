@@ -109,6 +109,9 @@ def save_checkpoint(save: str, iteration: int) -> Path:
     # names an iteration whose directory is not there yet: write it beside, then rename over.
     fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{TRACKER}.", suffix=".tmp")
     try:
+        # the mode Megatron's plain open() leaves under umask 022 (mkstemp's is 0600): the hooks, another
+        # user, read the tracker
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as f:
             f.write(str(iteration))
             f.flush()

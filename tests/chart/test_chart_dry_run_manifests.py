@@ -11,8 +11,11 @@ import yaml
 from chartlib import NAMESPACE, RELEASE, SCENARIOS, docs, find, render
 
 HOOK = "helm.sh/hook"
-# created before preflight (or the helm test pod): not dry-run
+# created before preflight, or the hooks' own RBAC of the uninstall's cleanup (like the rest of the hooks'
+# RBAC, left out of the dry run; the cleanup Job itself is sent): not dry-run
 BEFORE_PREFLIGHT = {
+    ("Role", f"{RELEASE}-hooks-cleanup"),
+    ("RoleBinding", f"{RELEASE}-hooks-cleanup"),
     ("ConfigMap", f"{RELEASE}-run"),
     ("ConfigMap", f"{RELEASE}-run-hook"),
     ("ServiceAccount", f"{RELEASE}-hooks"),
@@ -63,9 +66,11 @@ def test_the_dry_run_role_grants_apply_on_each_namespaced_kind(scenario: str) ->
     rendered = docs(render("helm4", scenario))
     (role,) = find(rendered, "Role", f"{RELEASE}-hooks-preflight")
     dry_run_rules = [rule for rule in role["rules"] if rule["verbs"] == ["create", "patch"]]
-    # the other rules: preflight's reads, and creating the Ray token Secret when the chart names it (and
-    # adding KubeRay's key to that one Secret)
-    others = [r for r in role["rules"] if r not in dry_run_rules]
+    # the image check's pods (core/image_pull.py); the other rules: preflight's reads, and creating the Ray
+    # token Secret when the chart names it (and adding KubeRay's key to that one Secret)
+    image_check = {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "list", "watch", "delete"]}
+    assert image_check in role["rules"]
+    others = [r for r in role["rules"] if r not in dry_run_rules and r != image_check]
     (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
     to_generate = [ref for ref in json.loads(hook_copy["data"]["run.json"])["secrets"] if ref.get("generate")]
     token_rules = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]
@@ -91,6 +96,7 @@ def test_off_switch_leaves_no_dry_run_rights_reads_the_namespace_and_tells_the_h
     """Without the dry run preflight still gets the manifests (it judges their pods against the namespace's
     Pod Security label) and, for that label, a get on the release's own namespace: reads only."""
     off = ("--set", "hooks.preflight.apiDryRun=false", "--set", "secrets.rayAuth.existingSecret=ray-token")
+    off += ("--set", "hooks.preflight.imageCheck=false")  # its pods are writes of their own
     rendered = docs(render("helm4", "colocated", off))
     (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
     kinds = {o["kind"] for o in dry_run_objects(rendered)}

@@ -221,6 +221,21 @@ def deploy(version: str, verb: str, release: str, namespace: str, values: list[P
         raise CommandFailedError(f"helm {verb} {release} exited {rc}\n{out[-8000:]}")
 
 
+def rollback(version: str, release: str, namespace: str, revision: int) -> None:
+    """helm rollback to ``revision``, waiting as a user would (its post-rollback hooks included); run
+    again when Helm 4 failed it on the status race (helm4_stale_hook_status), as a user would."""
+    debug = ["--debug"] if version == "helm4" else []
+    argv = [str(TOOLS_BIN / version), "rollback", release, str(revision), "-n", namespace]
+    argv += ["--wait", "--timeout", "8m", *debug]
+    res = run(argv, check=False)
+    out = res.out + res.err
+    if res.rc != 0 and version == "helm4" and helm4_stale_hook_status(out):
+        res = run(argv, check=False)
+        out = res.out + res.err
+    if res.rc != 0:
+        raise CommandFailedError(f"helm rollback {release} {revision} exited {res.rc}\n{out[-8000:]}")
+
+
 def uninstall_cleanly(version: str, release: str, namespace: str, leftovers: Any) -> None:
     """helm uninstall, then wait until leftovers(release, namespace) lists nothing of the release."""
     helm(version, "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")

@@ -1,6 +1,6 @@
-"""helm install → upgrade (no change, changed recipe, changed pods) → uninstall, on the local testbed, with
-the real hooks, the real KubeRay operator and a real Ray head (a container on the real node). Helm 4 and
-Helm 3; `helm test` runs the status and report pods for real."""
+"""helm install → upgrade (no change, changed recipe) → rollback → upgrade (changed pods) → uninstall, on
+the local testbed, with the real hooks, the real KubeRay operator and a real Ray head (a container on the
+real node). Helm 4 and Helm 3; `helm test` runs the status and report pods for real."""
 
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def test_colocated_lifecycle(
 
     # upgrade with a changed recipe: the RayCluster and its pods stay, so the head does: submit stops the old
     # job on it and submits one new
-    recipe = [*operator, "--set", "recipe.numRollout=7"]
+    recipe = [*operator, "--set", "recipe.numRollout=150"]
     tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED, *recipe)
     assert [r["metadata"]["name"] for r in rayclusters(ns)] == [cluster]
     assert {p["metadata"]["uid"] for p in cluster_pods(ns, cluster)} == pods_before
@@ -223,6 +223,19 @@ def test_colocated_lifecycle(
     assert job_recipe["submission_id"] != job["submission_id"]
     old = {j["submission_id"]: j["status"] for j in tb.release_jobs(rel, ns)}
     assert old[job["submission_id"]] == "STOPPED", old
+
+    # rollback to the unchanged upgrade (revision 2): the post-rollback hooks make the job match the restored
+    # run spec: the first job (STOPPED by the recipe's upgrade) runs again under its id on the same head, and
+    # it is the release's only active job (the recipe's short one has stopped or finished)
+    rolled_back = time.time()
+    tb.rollback(helm_version, rel, ns, 2)
+    assert tb.hook_steps(tb.journal(ns, since=rolled_back)) == ["wait-ready", "verify", "submit"]
+    spec_back = tb.run_spec(ns, spec_fullname(ns, rel))
+    assert spec_back["run"]["id"] == spec["run"]["id"]
+    assert {p["metadata"]["uid"] for p in cluster_pods(ns, cluster)} == pods_before
+    again = check_single_job(rel, ns, spec_back)
+    assert again["submission_id"] == job["submission_id"]
+    assert again["start_time"] / 1000 >= rolled_back, (again["start_time"], rolled_back)
 
     # upgrade with a changed worker template: new Ray pods (crd: the same RayCluster's, nameHash: a new
     # RayCluster's), a new head among them, whose fresh job table holds one job: the run's, submitted to the
@@ -257,6 +270,24 @@ def test_colocated_lifecycle(
     job2 = check_single_job(rel, ns, spec2)
     assert job2["submission_id"] == job_recipe["submission_id"]
     assert [j["submission_id"] for j in tb.release_jobs(rel, ns)] == [job2["submission_id"]]
+
+    # an upgrade to an image tag the nodes cannot pull: preflight's image check refuses it in seconds, before
+    # any object changes, so the running job and its pods stay (the head pool is the real node, whose
+    # containerd finds no such image)
+    pods_now = {p["metadata"]["uid"] for p in cluster_pods(ns, spec2["rayCluster"]["name"])}
+    bad = tb.deploy_argv(
+        helm_version, "upgrade", rel, ns, COLOCATED, *changed, "--set", "image.tag=no-such-tag"
+    )
+    t0 = time.monotonic()
+    refused = tb.run(bad, check=False)
+    refused_s = time.monotonic() - t0
+    said = refused.out + refused.err + tb.kubectl("logs", "-n", ns, f"job/{rel}-preflight", check=False).out
+    assert refused.rc != 0 and "cannot be pulled on the ray-head pool" in said, said[-4000:]
+    assert "image.tag" in said and "no-such-tag" in said, said[-4000:]
+    assert refused_s < 120, f"the bad image took {refused_s:.0f}s to be refused"
+    assert {p["metadata"]["uid"] for p in cluster_pods(ns, spec2["rayCluster"]["name"])} == pods_now
+    assert check_single_job(rel, ns, spec2)["submission_id"] == job2["submission_id"]
+    assert not tb.kget("pods", ns, selector="app.kubernetes.io/component=hook-image-check")["items"]
 
     # uninstall removes everything the release created, hook leftovers included
     tb.uninstall_cleanly(helm_version, rel, ns, leftovers)

@@ -6,7 +6,12 @@ miles-image container, on the real node. The miles stand-in image carries testbe
 /root/miles; its converter is a stand-in running dcp_converter.py beside it, which writes a real (tiny)
 torch.distributed.checkpoint that the hook validates with torch and publishes atomically with its marker.
 `helm upgrade` unchanged then takes the already-converted path (convert-check, hooks image) without running
-the converter again; one Ray job throughout."""
+the converter again; one Ray job throughout.
+
+The install is reached as GitOps tools reach it: a first `helm install` fails at preflight (a missing Secret),
+and `helm upgrade --install` after the fix must converge exactly as an install would: Helm runs the
+pre-upgrade hooks then, and the conversion must still run on a GPU. And an install whose conversion outlives
+Helm's `--timeout` leaves nothing running after `helm uninstall`."""
 
 from __future__ import annotations
 
@@ -77,10 +82,20 @@ def _install_convert_upgrade(
 ) -> None:
     from miles_hooks.steps import convert
 
-    # install: the whole hook sequence, the convert hook running the converter for real
+    # a first install that fails at preflight (the Hugging Face token's Secret is missing) leaves a failed
+    # release and its failed hook Job: nothing converted, no release object created
+    tb.kubectl("-n", ns, "delete", "secret", "hf-token")
+    failed = tb.run(tb.deploy_argv("helm4", "install", rel, ns, values), check=False)
+    assert failed.rc != 0 and "preflight" in failed.out + failed.err, failed.err[-3000:]
+    assert not target.exists()
+    token = "--from-literal=token=hf_testbed_not_a_token"
+    tb.kubectl("-n", ns, "create", "secret", "generic", "hf-token", token)
+
+    # helm upgrade --install (Flux, helmfile, CI): Helm runs the pre-upgrade hooks over the failed release,
+    # and they do what the install's would: the whole hook sequence, the GPU convert running the converter
     started = time.time()
     t0 = time.monotonic()
-    tb.deploy("helm4", "install", rel, ns, values)
+    tb.deploy("helm4", "upgrade", rel, ns, values, "--install")
     install_s = time.monotonic() - t0
     entries = tb.journal(ns, since=started)
     assert tb.hook_steps(entries) == tb.HOOK_ORDER
@@ -156,6 +171,40 @@ def _install_convert_upgrade(
 
     tb.uninstall_cleanly("helm4", rel, ns, leftovers)
     print(
-        f"real convert: install {install_s:.1f}s, convert container {conv['end'] - conv['start']:.1f}s, "
+        f"real convert: upgrade --install {install_s:.1f}s, "
+        f"convert container {conv['end'] - conv['start']:.1f}s, "
         f"convert-check on upgrade {check['end'] - check['start']:.1f}s"
     )
+
+
+def test_uninstall_stops_a_conversion_that_outlived_the_install(namespace: str, tmp_path: Path) -> None:
+    """`helm install --timeout` gives up while the convert Job still runs (a converter that takes longer than
+    Helm waits): the release is failed, the Job keeps its GPU. `helm uninstall` must leave no hook Job or pod
+    of the release, the running convert least of all, nor any hook object a failed phase left."""
+    rel, ns = "miles-slow", namespace
+    models = tb.FSX_DIR / "models" / f"e2e-slow-{ns}"
+    models.mkdir(parents=True)
+    extra = tmp_path / "slow-convert-values.yaml"
+    extra.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"hfPath": f"models/e2e-slow-{ns}/Qwen3-4B"},
+                # a converter that would run for 10 minutes (the hook appends the model arguments)
+                "hooks": {"convert": {"command": ["python3", "-c", "import time; time.sleep(600)"]}},
+            }
+        )
+    )
+    try:
+        argv = tb.deploy_argv("helm4", "install", rel, ns, [*COLOCATED, extra])
+        argv[argv.index("8m")] = "90s"
+        res = tb.run(argv, check=False)
+        assert res.rc != 0, res.out[-2000:]
+        convert = tb.kget("jobs", ns, name=f"{rel}-convert")
+        assert convert["status"].get("active") == 1, convert["status"]
+        assert tb.kget("pods", ns, selector="app.kubernetes.io/component=hook-convert")["items"]
+
+        tb.uninstall_cleanly("helm4", rel, ns, leftovers)
+        # the cleanup hook itself succeeded and went, as every hook object of the release did
+        assert tb.kubectl("get", "jobs", "-n", ns, "-o", "name").out.split() == []
+    finally:
+        shutil.rmtree(models, ignore_errors=True)

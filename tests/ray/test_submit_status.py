@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from miles_hooks.core import rayjobs
 from miles_hooks.core import runspec as specmod
 from miles_hooks.steps import status, submit
 from ray.job_submission import JobStatus, JobSubmissionClient
@@ -123,6 +124,41 @@ def test_changed_spec_restarts_previous_job(local_ray: LocalRay, tmp_path: Path)
     assert record["previousSubmissions"][-1]["submissionId"] == first["submissionId"]
 
 
+def test_back_to_a_stopped_spec_runs_it_again_and_stops_the_newer(
+    local_ray: LocalRay, tmp_path: Path
+) -> None:
+    """helm rollback (or an upgrade back): the spec whose job a change stopped is asked for again while the
+    newer job runs. Its job runs again under the same id, the newer one is stopped, one job is active."""
+    client = JobSubmissionClient(local_ray.dashboard_url)
+    raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-back", args=["--sleep", "300"])
+    old_path = write_spec(tmp_path / "old.json", raw)
+    old = submit.run(specmod.load(old_path))
+    wait_state(client, old["submissionId"], {"RUNNING"})
+    changed = json.loads(json.dumps(raw))
+    changed["train"]["args"] = ["--sleep", "300", "--lr", "1e-6"]
+    stand_in_run_identity(changed)
+    new = submit.run(specmod.load(write_spec(tmp_path / "new.json", changed)))
+    wait_state(client, new["submissionId"], {"RUNNING"})
+    assert str(client.get_job_status(old["submissionId"]).value) == "STOPPED"
+
+    back = cli("submit", "--spec", str(old_path), "--json")
+    assert back.returncode == 0, back.stderr
+    assert json.loads(back.stdout)["created"] is True, back.stdout
+    assert "submitting it again under the same id" in back.stderr, back.stderr
+    assert str(client.get_job_status(new["submissionId"]).value) == "STOPPED"
+    assert wait_state(client, old["submissionId"], {"RUNNING", "PENDING"}) in {"RUNNING", "PENDING"}
+    active = [
+        j.submission_id
+        for j in release_jobs(client, "rt-back")
+        if str(j.status.value) not in ("STOPPED", "SUCCEEDED", "FAILED")
+    ]
+    assert active == [old["submissionId"]], active
+    record = json.loads(Path(raw["output"]["provenanceFile"]).read_text())
+    assert record["submissionId"] == old["submissionId"] and record["createdBySubmit"] is True
+    assert record["previousSubmissions"][-1]["submissionId"] == new["submissionId"]
+    client.stop_job(old["submissionId"])
+
+
 def test_changed_spec_with_on_change_fail_is_refused(local_ray: LocalRay, tmp_path: Path) -> None:
     client = JobSubmissionClient(local_ray.dashboard_url)
     raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-fail", args=["--sleep", "300"])
@@ -191,6 +227,17 @@ def test_status_fails_for_missing_and_failed_jobs(local_ray: LocalRay, tmp_path:
     failed = cli("status", "--spec", str(path2), "--json")
     assert failed.returncode == 1
     assert json.loads(failed.stdout)["job"]["state"] == JobStatus.FAILED.value
+
+    # docs/day2.md "My job died": a FAILED job is never retried silently; once its record is deleted
+    # (`ray job delete`), the same spec is submitted again under the same id
+    sid = result["submissionId"]
+    again = cli("submit", "--spec", str(path2), "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["created"] is False
+    assert "has FAILED" in again.stderr, again.stderr
+    rayjobs.delete_settled(client, local_ray.dashboard_url, sid)
+    resubmitted = submit.run(specmod.load(path2))
+    assert resubmitted["created"] is True and resubmitted["submissionId"] == sid
+    assert wait_state(client, sid, {"SUCCEEDED", "FAILED"}) == "FAILED"
 
 
 def test_status_reports_unreachable_dashboard(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def test_verify_head_with_gpu_expected(local_ray: LocalRay, tmp_path: Path) -> N
     raw = make_spec(tmp_path, local_ray.dashboard_url, release="rv-head")
     raw["rayCluster"]["headGpus"] = 1
     proc = cli("verify", "--spec", str(write_spec(tmp_path / "run.json", raw)), "--timeout", "60")
-    assert proc.returncode == 1 and "rayCluster.headGpus" in proc.stderr
+    assert proc.returncode == 1 and "rayCluster.head.gpus" in proc.stderr
 
 
 def test_verify_runs_gpu_checks_on_each_worker(local_ray: LocalRay, tmp_path: Path) -> None:

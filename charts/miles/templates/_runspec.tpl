@@ -186,8 +186,8 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- range $name, $quantity := (($v.hooks.convert.resources | default dict).requests | default dict) -}}
 {{- $_ := set $convertRequests $name (toString $quantity) -}}
 {{- end -}}
-{{- /* whether the GPU convert pod runs in this phase (preflight checks its pool then): on install, and on an upgrade only when its hook annotation names pre-upgrade */ -}}
-{{- $convertRuns := and $v.hooks.convert.enabled (or .Release.IsInstall (contains "pre-upgrade" (toString (index $v.hooks.convert.annotations "helm.sh/hook")))) -}}
+{{- /* whether the GPU convert pod runs in this phase (preflight checks its pool then): on install or its retry (miles.installPending), and on another upgrade only when its hook annotation names pre-upgrade */ -}}
+{{- $convertRuns := and $v.hooks.convert.enabled (or .Release.IsInstall (eq (include "miles.installPending" .) "true") (contains "pre-upgrade" (toString (index $v.hooks.convert.annotations "helm.sh/hook")))) -}}
 {{- $rayJob := eq $v.mode "rayJob" -}}
 {{- /* in mode rayJob the hooks reach the cluster through the RayJob's own head Service, which follows each attempt's cluster */ -}}
 {{- $rc := ternary (include "miles.rayJobName" .) (include "miles.rayClusterName" .) $rayJob -}}
@@ -225,10 +225,16 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
   "runtimeEnv" $def.runtimeEnv
   "reward" $def.reward
   "run" (dict "id" $runId "definedBy" (keys $def | sortAlpha))
+  "resume" (dict "numRollout" (int $v.recipe.numRollout) "adoptCheckpoints" $v.output.adoptCheckpoints)
   "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionId" (include "miles.submissionId" .))
   "storage" (dict "mountPath" $v.storage.mountPath "claimName" (include "miles.claimName" .) "createdByChart" (ne $v.storage.type "existingClaim") "kind" $v.storage.type)
   "secrets" (include "miles.secretRefs" . | fromJsonArray)
   "checks" (dict
+    "image" (dict
+      "enabled" (and $v.hooks.enabled $v.hooks.preflight.enabled $v.hooks.preflight.imageCheck)
+      "timeoutSeconds" (int $v.hooks.preflight.imageCheckTimeoutSeconds)
+      "pullPolicy" $v.image.pullPolicy
+      "pullSecrets" $v.imagePullSecrets)
     "nodes" (dict
       "enabled" (and $v.hooks.preflight.enabled $v.hooks.preflight.nodeChecks)
       "gpuResource" $v.gpuPods.gpuResource

@@ -460,9 +460,9 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- $phases := list
   (list "preflight" "pre") (list "prepareData" "pre") (list "convert" "pre") (list "convertCheck" "pre")
   (list "waitReady" "post") (list "verify" "post") (list "submit" "post") -}}
-{{- $allowed := dict "pre" (list "pre-install" "pre-upgrade") "post" (list "post-install" "post-upgrade") -}}
+{{- $allowed := dict "pre" (list "pre-install" "pre-upgrade") "post" (list "post-install" "post-upgrade" "post-rollback") -}}
 {{- $argoAllowed := dict "pre" "PreSync" "post" "PostSync" -}}
-{{- $why := dict "pre" "it prepares what the RayCluster needs before it starts" "post" "it needs the RayCluster, which exists only after install/upgrade" -}}
+{{- $why := dict "pre" "it prepares what the RayCluster needs before it starts" "post" "it needs the RayCluster, which exists only after install/upgrade/rollback" -}}
 {{- range $ph := $phases -}}
 {{- $key := index $ph 0 -}}
 {{- $when := index $ph 1 -}}

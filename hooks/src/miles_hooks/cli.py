@@ -41,6 +41,7 @@ from miles_hooks.core.errors import (
 from miles_hooks.core.gpu import options as gpu_options
 from miles_hooks.core.runspec import DEFAULT_SPEC_PATH, RunSpec, load, load_raw
 from miles_hooks.steps import (
+    cleanup,
     convert,
     gpu_check,
     plan,
@@ -180,6 +181,10 @@ def do_run_job(args: argparse.Namespace) -> Output:
     return Output({**run_job.follow_to_end(attempt), "created": submitted["created"]})
 
 
+def do_cleanup(args: argparse.Namespace) -> Output:
+    return Output(cleanup.run(_spec(args), timeout=args.timeout))
+
+
 def do_status(args: argparse.Namespace) -> Output:
     kube = {"auto": None, "on": True, "off": False}[args.kube]
     result = status.collect(_spec(args), log_lines=args.lines, kube=kube)
@@ -297,6 +302,12 @@ COMMANDS: tuple[Command, ...] = (
                 help="seconds verify may take before the run is submitted",
             ),
         ),
+    ),
+    Command(
+        "cleanup",
+        "uninstall (pre-delete): delete the hook Jobs and pods the release left, wait until they are gone",
+        do_cleanup,
+        (timeout_option(cleanup.DEFAULT_TIMEOUT, "to wait for the pods to go (exit 3 after)"),),
     ),
     Command(
         "status",

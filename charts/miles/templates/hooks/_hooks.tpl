@@ -3,7 +3,8 @@ miles.hookSteps: JSON list of the hook steps this release renders, in the order 
 Each: key (values key), step (CLI subcommand), name (Job suffix, default step), runSpec (ConfigMap the
 pod mounts). convert (pre-install) runs in the miles image with GPUs; convertCheck (pre-upgrade) runs
 the same step in the hooks image on CPU, because the running RayCluster holds the GPUs during an upgrade.
-Post-install/post-upgrade steps run only in rayCluster mode; convert only for the megatron backend.
+Post-install/post-upgrade steps run only in rayCluster mode; convert only for the megatron backend;
+cleanup (pre-delete) in every mode.
 */}}
 {{- define "miles.hookSteps" -}}
 {{- $v := .Values -}}
@@ -15,14 +16,40 @@ Post-install/post-upgrade steps run only in rayCluster mode; convert only for th
 {{- if $v.hooks.prepareData.enabled -}}{{- $steps = append $steps (dict "key" "prepareData" "step" "prepare-data" "runSpec" $pre) -}}{{- end -}}
 {{- if $v.hooks.convert.enabled -}}{{- $steps = append $steps (dict "key" "convert" "step" "convert" "name" "convert" "runSpec" $pre) -}}{{- end -}}
 {{- /* The CPU check stands alone too: with convert off (e.g. Argo CD after the first sync) it validates the published checkpoint. */ -}}
-{{- if $v.hooks.convertCheck.enabled -}}{{- $steps = append $steps (dict "key" "convertCheck" "step" "convert" "name" "convert-check" "runSpec" $pre) -}}{{- end -}}
+{{- if and $v.hooks.convertCheck.enabled (not (include "miles.installPending" .)) -}}{{- $steps = append $steps (dict "key" "convertCheck" "step" "convert" "name" "convert-check" "runSpec" $pre) -}}{{- end -}}
 {{- if eq $v.mode "rayCluster" -}}
 {{- if $v.hooks.waitReady.enabled -}}{{- $steps = append $steps (dict "key" "waitReady" "step" "wait-ready" "runSpec" $post) -}}{{- end -}}
 {{- if $v.hooks.verify.enabled -}}{{- $steps = append $steps (dict "key" "verify" "step" "verify" "runSpec" $post) -}}{{- end -}}
 {{- if $v.hooks.submit.enabled -}}{{- $steps = append $steps (dict "key" "submit" "step" "submit" "runSpec" $post) -}}{{- end -}}
 {{- end -}}
+{{- if $v.hooks.cleanup.enabled -}}{{- $steps = append $steps (dict "key" "cleanup" "step" "cleanup" "runSpec" $pre) -}}{{- end -}}
 {{- end -}}
 {{- toJson $steps -}}
+{{- end -}}
+
+{{/*
+miles.installPending: "true" on an upgrade of a release whose objects were never created (its run spec
+ConfigMap is absent): the first install failed in its pre-install hooks, and this upgrade (`helm upgrade
+--install`, Flux, helmfile) retries it. Helm runs the pre-upgrade hooks then, so the steps that run on
+install only (the GPU convert) are made to run now as well, and the check that assumes a running
+RayCluster (convertCheck) is left out. Without cluster access (`helm template`, a client-side dry run)
+`lookup` finds nothing and an upgrade renders as this retry.
+*/}}
+{{- define "miles.installPending" -}}
+{{- if .Release.IsUpgrade -}}
+{{- $spec := include "miles.componentName" (dict "context" . "component" "run") -}}
+{{- if not (lookup "v1" "ConfigMap" .Release.Namespace $spec) }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* miles.hookAnnotations: a hook Job's annotations (dict "context" $ "step" dict): the step's values, and for the GPU convert on an upgrade that retries a failed install (miles.installPending), pre-upgrade added to its Helm events. */}}
+{{- define "miles.hookAnnotations" -}}
+{{- $ann := deepCopy ((get .context.Values.hooks .step.key).annotations | default dict) -}}
+{{- $events := toString (get $ann "helm.sh/hook") -}}
+{{- if and (eq .step.key "convert") (hasKey $ann "helm.sh/hook") (not (contains "pre-upgrade" $events)) (include "miles.installPending" .context) -}}
+{{- $_ := set $ann "helm.sh/hook" (printf "%s,pre-upgrade" $events) -}}
+{{- end -}}
+{{- toYaml $ann -}}
 {{- end -}}
 
 {{/* miles.hookCallsRay: "true" for the hook steps (values keys; `submitter` is the RayJob's submitter pod) that call the Ray Jobs API and so get the Ray token. */}}
@@ -70,7 +97,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
 {{- /* the RayJob's submitter pod outlives the hook phases, and with them the hooks' own account */ -}}
 {{- $pod := dict
   "serviceAccountName" (ternary (include "miles.submitterServiceAccountName" $ctx) (include "miles.hooksServiceAccountName" $ctx) (eq $s.key "submitter"))
-  "automountToken" (has $s.key (list "preflight" "waitReady" "test"))
+  "automountToken" (has $s.key (list "preflight" "waitReady" "test" "cleanup"))
   "restartPolicy" "Never"
   "runSpec" $s.runSpec
   "tmp" true
@@ -122,6 +149,10 @@ command:
   {{- end }}
   {{- if eq $s.key "convertCheck" }}
   - --check-only
+  {{- end }}
+  {{- if eq $s.key "cleanup" }}
+  - --timeout
+  - {{ sub $v.hooks.cleanup.activeDeadlineSeconds 60 | toString | quote }}
   {{- end }}
   {{- if eq $s.key "submitter" }}
   - --verify-timeout

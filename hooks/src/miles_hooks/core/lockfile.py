@@ -127,7 +127,7 @@ class FileLock:
             if now >= deadline:
                 raise HookTimeout(
                     f"lock {self.path} still held by {info} after {timeout:.0f}s; if no converter "
-                    f"is running, it becomes stale after convert.lockStaleSeconds="
+                    f"is running, it becomes stale after hooks.convert.lockStaleSeconds="
                     f"{self.stale_seconds:.0f}s without a heartbeat"
                 )
             if now - last_note >= 30:

@@ -24,7 +24,8 @@ def expand_model_args(raw: RawSpec) -> list[str]:
         "upstream on 2026-08-09): set image.tag to v0.1.0 or newer"
     )
     empty = shlex.quote(
-        f"miles-hooks: the model args command for profile {profile} printed nothing (train.modelArgsCommand)"
+        f"miles-hooks: the model args command for profile {profile} printed nothing "
+        "(run spec field train.modelArgsCommand)"
     )
     return [
         f"MODEL_ARGS=$({command}) || {{ echo {failed} >&2; exit 2; }}",

@@ -31,7 +31,7 @@ def client(address: str, attempts: int = 3, delay: float = 2.0) -> Any:
                 time.sleep(delay)
     raise CheckFailed(
         f"Ray dashboard at {address} is not reachable: {last}; expected the head service of the "
-        "RayCluster to answer (check rayCluster.dashboardUrl and that wait-ready passed)"
+        "RayCluster to answer (the run spec's rayCluster.dashboardUrl; check that wait-ready passed)"
     )
 
 

@@ -142,13 +142,13 @@ def semantic_problems(raw: RawSpec) -> list[str]:
     for name in sorted(env_vars):
         if name in secret_envs:
             problems.append(
-                f"runtimeEnv.envVars.{name}: expected no value for an env var that comes from a "
-                "Secret (it is listed in secrets[]), found one; remove it from the runtime env"
+                f"the run spec's runtimeEnv.envVars {name}: expected no value for an env var that comes "
+                "from a Secret (it is listed in secrets[]), found one; remove it from the runtime env"
             )
         elif _SECRET_NAME.search(name):
             problems.append(
-                f"runtimeEnv.envVars.{name}: expected credentials only by Secret reference, found "
-                "a plain value for a credential-like name; move it to a Secret (existingSecret + key)"
+                f"the run spec's runtimeEnv.envVars {name}: expected credentials only by Secret reference, "
+                "found a plain value for a credential-like name; move it to a Secret (existingSecret + key)"
             )
     return problems
 

@@ -128,6 +128,11 @@ class OutputSpec(TypedDict):
     checkpointBudget: CheckpointBudgetSpec
 
 
+class ResumeSpec(TypedDict):
+    numRollout: int  # recipe.numRollout: a checkpoint at iteration numRollout - 1 or later is a finished run
+    adoptCheckpoints: bool  # output.adoptCheckpoints
+
+
 class TrainSpec(TypedDict):
     entrypoint: Literal["train.py", "train_async.py"]
     workdir: str  # /root/miles
@@ -196,8 +201,16 @@ class HealthSpec(TypedDict):
     stallMinutes: int
 
 
+class ImageCheckSpec(TypedDict):
+    enabled: bool  # hooks.preflight.imageCheck: preflight runs the miles image on each pool first
+    timeoutSeconds: int
+    pullPolicy: str  # image.pullPolicy
+    pullSecrets: list[str]  # imagePullSecrets names
+
+
 class ChecksSpec(TypedDict):
     nodes: NodesSpec
+    image: ImageCheckSpec
     apiDryRun: bool  # preflight dry-runs manifests.yaml, beside the run spec
     waitReadyTimeoutSeconds: int
     gpu: GpuSpec
@@ -236,6 +249,7 @@ class RawSpec(TypedDict):
     runtimeEnv: RuntimeEnvSpec
     reward: RewardSpec
     run: RunIdentitySpec
+    resume: ResumeSpec
     submit: SubmitSpec
     storage: StorageSpec
     secrets: list[SecretSpec]

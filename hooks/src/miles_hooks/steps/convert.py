@@ -270,7 +270,7 @@ def run_converter(raw: RawSpec, save_dir: Path, deadline: float, lock: FileLock)
         raise CheckFailed(
             f"the converter exited with code {code} after {time.monotonic() - started:.0f}s; "
             "see its output above (host OOM on large models: raise the convert Job's memory, "
-            "or use convert.nprocPerNode)"
+            "or use hooks.convert.nprocPerNode)"
         )
     LOG.info("converter finished", extra={"fields": {"seconds": round(time.monotonic() - started, 1)}})
 
@@ -290,7 +290,7 @@ def run(
 ) -> dict[str, Any]:
     raw = spec.raw
     if not raw["convert"]["enabled"]:
-        LOG.info("convert.enabled is false: skipping")
+        LOG.info("hooks.convert.enabled is false: skipping")
         return {"converted": False, "skipped": True, "reason": "disabled"}
     started = time.monotonic()
     deadline = started + timeout

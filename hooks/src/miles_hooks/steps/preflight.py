@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import dry_run, kube, log, pod_security, ray_token
+from miles_hooks.core import dry_run, image_pull, kube, log, pod_security, ray_token
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.fsutil import human_bytes
 from miles_hooks.core.quantity import parse_count, parse_exact
@@ -162,7 +162,7 @@ def evaluate_workers(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]
                     Finding(
                         WARNING,
                         f"node/{node_name(node)}",
-                        f"EFA is off (checks.nodes.efaPerNode=0) but the node has {have_efa} "
+                        f"EFA is off (gpuPods.efa.count=0) but the node has {have_efa} "
                         f"{chk['efaResource']}; inter-node NCCL will use TCP sockets",
                     )
                 )
@@ -170,7 +170,7 @@ def evaluate_workers(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]
         findings.append(
             Finding(
                 ERROR,
-                "checks.nodes.efaPerNode",
+                "gpuPods.efa.count",
                 f"workers request {efa} {chk['efaResource']} but node(s) {', '.join(names[:5])} "
                 f"have {have}: a partial EFA request passes all-reduce but fails point-to-point "
                 f"('Unexpected number of remote rails'); set it to {have}",
@@ -182,7 +182,7 @@ def evaluate_workers(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]
         findings.append(
             Finding(
                 ERROR,
-                "rayCluster.worker",
+                "topology.actorNodes",
                 f"need {need} schedulable worker node(s) matching nodeSelector {sel} with >= {gpus} "
                 f"{chk['gpuResource']}"
                 + (f" and exactly {efa} {chk['efaResource']}" if efa else "")
@@ -195,7 +195,7 @@ def evaluate_workers(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]
         findings.append(
             Finding(
                 INFO,
-                "rayCluster.worker",
+                "topology.actorNodes",
                 f"{len(usable)} usable worker node(s) for {need} worker(s): "
                 + ", ".join(usable[:10])
                 + (" ..." if len(usable) > 10 else ""),
@@ -287,7 +287,7 @@ def image_findings(raw: RawSpec) -> list[Finding]:
         return [
             Finding(
                 WARNING,
-                "images.miles",
+                "image.digest",
                 f"{raw['images']['miles']} is a rolling tag: the Ray version and code can change under "
                 "the release; pin a digest (image.digest) for reproducible runs",
             )
@@ -315,7 +315,7 @@ def pvc_findings(pvc: dict[str, Any] | None, raw: RawSpec) -> list[Finding]:
                 ERROR,
                 subject,
                 f"not found in namespace {raw['release']['namespace']}; create it or set "
-                "the chart's storage to create one (storage.kind / existing claim name)",
+                "the chart's storage to create one (storage.type, storage.existingClaim)",
             )
         ]
     out = []
@@ -472,7 +472,7 @@ def prometheus_findings(service_exists: bool, raw: RawSpec) -> list[Finding]:
     return [
         Finding(
             ERROR,
-            "runtimeEnv.envVars.PROMETHEUS_PORT",
+            "the run spec's runtimeEnv.envVars",
             "a Service named prometheus exists in the namespace, so pods get PROMETHEUS_PORT=tcp://...; "
             "miles crashes on it: expected PROMETHEUS_PORT=9090 in the runtime env, found none",
         )
@@ -520,9 +520,9 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
             findings.append(
                 Finding(
                     ERROR,
-                    "checks.nodes.enabled",
+                    "hooks.preflight.nodeChecks",
                     "node checks are on but the hook cannot list nodes (403); enable the chart's "
-                    "node-reader ClusterRole or set checks.nodes.enabled=false",
+                    "node-reader ClusterRole or set hooks.preflight.nodeChecks=false",
                 )
             )
         else:
@@ -531,7 +531,7 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
                 findings.extend(evaluate_head(nodes, raw))
             findings.extend(evaluate_convert(nodes, raw))
     else:
-        findings.append(Finding(INFO, "checks.nodes", "node checks disabled"))
+        findings.append(Finding(INFO, "hooks.preflight.nodeChecks", "node checks disabled"))
 
     pvc = None
     claim = raw["storage"]["claimName"]
@@ -605,7 +605,7 @@ def dry_run_findings(api: kube.Api, spec: RunSpec) -> list[Finding]:
     findings.append(
         Finding(
             INFO,
-            "checks.apiDryRun",
+            "hooks.preflight.apiDryRun",
             f"the API server accepts {accepted} of {len(outcomes)} object(s) (dry run)",
         )
     )
@@ -695,9 +695,47 @@ def report(findings: list[Finding]) -> None:
         getattr(LOG, level)(str(f))
 
 
+def pull_findings(raw: RawSpec, outcomes: list[image_pull.Outcome]) -> list[Finding]:
+    """What the image check pods found, as findings naming the values that pick the image."""
+    image = raw["images"]["miles"]
+    subject = "image.digest" if "@sha256:" in image else "image.tag"
+    seconds = raw["checks"]["image"]["timeoutSeconds"]
+    out = []
+    for o in outcomes:
+        where = f"on the {o.pool} pool (pod {o.pod})"
+        if o.state == "failed":
+            out.append(
+                Finding(
+                    ERROR,
+                    subject,
+                    f"{image} cannot be pulled {where}: {o.detail}; expected an image its nodes can pull: "
+                    "check image.repository, image.tag or image.digest, and imagePullSecrets",
+                )
+            )
+        elif o.state == "pulled":
+            out.append(Finding(INFO, subject, f"{image} runs {where}: {o.detail}"))
+        elif o.state == "unscheduled":
+            out.append(
+                Finding(WARNING, subject, f"{image} not checked {where}: no node took the pod ({o.detail})")
+            )
+        else:
+            out.append(
+                Finding(
+                    WARNING,
+                    subject,
+                    f"{image} still pulling {where} after {seconds}s ({o.detail}); a reference the registry "
+                    "cannot serve fails within seconds, so it is taken as pullable",
+                )
+            )
+    return out
+
+
 def run(spec: RunSpec) -> list[Finding]:
     api = kube.connect()
     findings = gather(spec, api)
+    if spec.raw["checks"]["image"]["enabled"] and not summarize(findings):
+        # last and only on an otherwise clean spec: it starts pods (one per pool), the other checks only read
+        findings += pull_findings(spec.raw, image_pull.check(api, spec.raw))
     report(findings)
     errors = summarize(findings)
     LOG.info("preflight finished", extra={"fields": {"errors": len(errors), "api_requests": api.requests}})

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from miles_hooks.core import fsutil, log
+from miles_hooks.core import fsutil, log, resume
 from miles_hooks.core.errors import BadInput, CheckFailed
 from miles_hooks.core.runspec import RunSpec
 from miles_hooks.core.runspec_types import RawSpec
@@ -448,7 +448,7 @@ def check_present(target: Target) -> dict[str, Any]:
         raise CheckFailed(
             f"{target.label} is not on the shared volume and downloads are off: missing "
             + ", ".join(missing)
-            + "; set prepare.download=true or pre-populate the volume"
+            + "; set hooks.prepareData.download=true or pre-populate the volume"
         )
     LOG.warning(
         "files present without a completion marker; accepted because downloads are off",
@@ -459,6 +459,9 @@ def check_present(target: Target) -> dict[str, Any]:
 
 def run(spec: RunSpec, source_dir: str | None = None) -> dict[str, Any]:
     raw = spec.raw
+    # before any download: what the job will do with the checkpoints already in output.dir (or why not)
+    decision = resume.decide(raw)
+    LOG.info(decision.describe(), extra={"fields": decision.as_dict()})
     results = []
     download = bool(raw["prepare"]["download"])
     source = pick_source(raw, source_dir) if download else None
@@ -467,4 +470,4 @@ def run(spec: RunSpec, source_dir: str | None = None) -> dict[str, Any]:
             results.append(check_present(target))
         else:
             results.append(ensure(target, source))
-    return {"targets": results}
+    return {"targets": results, "resume": decision.as_dict()}

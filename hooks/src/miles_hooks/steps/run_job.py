@@ -63,8 +63,8 @@ def job_id(spec: RunSpec, environ: dict[str, str]) -> str:
     if given and given != sid:
         raise CheckFailed(
             f"run-job: KubeRay asks for job {given} ({KUBERAY_JOB_ID_ENV}) but the run spec names "
-            f"{sid} (submit.submissionId): this RayJob belongs to an earlier run of the release, whose "
-            "run spec has been replaced; Helm deletes it, and the new RayJob runs the new spec"
+            f"{sid} (the run spec's submit.submissionId): this RayJob belongs to an earlier run of the "
+            "release, whose run spec has been replaced; Helm deletes it, and the new RayJob runs the new spec"
         )
     return sid
 

@@ -1,13 +1,20 @@
-"""submit: exactly one Ray job per run spec.
+"""submit: exactly one Ray job per run spec, and it is the release's only active job.
 
-The submission id is deterministic (``spec.submission_id``). If Ray already has a job with that id the
-step reports it and succeeds (a re-run after a crash, or an unchanged ``helm upgrade``). Otherwise a
-still-running job of the same release with a different id is stopped first (``submit.onChange:
-restart``) or reported as an error (``fail``), the job is submitted, and a provenance record is written
-atomically. The step never follows the job: training outlives every Helm timeout.
+The submission id is deterministic (``spec.submission_id``). Any other still-running job of the same
+release is stopped first (``submit.onChange: restart``) or reported as an error (``fail``). Then, by the
+state of the job with this id:
 
-Ray's REST server answers a duplicate submission id with HTTP 500 (not 409), so the job is looked up
-first, and a failed POST is followed by another lookup before it counts as an error.
+- none: submitted, and a provenance record written atomically;
+- PENDING, RUNNING or SUCCEEDED: reported and left alone (a re-run after a crash, an unchanged ``helm
+  upgrade``, a finished run);
+- STOPPED: the release asks again for a run that a spec change stopped (``helm rollback`` to it, or an
+  upgrade back to it): its record is deleted and it is submitted again under the same id, resuming from
+  its checkpoints;
+- FAILED: reported with what to do; never retried silently.
+
+The step never follows the job: training outlives every Helm timeout. Ray's REST server answers a
+duplicate submission id with HTTP 500 (not 409), so the job is looked up first, and a failed POST is
+followed by another lookup before it counts as an error.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import time
 from typing import Any
 
 from miles_hooks import __version__
-from miles_hooks.core import fsutil, log, rayjobs
+from miles_hooks.core import fsutil, log, rayjobs, resume
 from miles_hooks.core.entrypoint import build_entrypoint, entrypoint_resources
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.runspec import RunSpec, run_id
@@ -77,7 +84,13 @@ def previous_active(jobs: list[Any], raw: RawSpec, sid: str) -> list[Any]:
 
 
 def provenance_record(
-    spec: RunSpec, sid: str, entrypoint: str, submitted_at: float, cluster_version: str | None, created: bool
+    spec: RunSpec,
+    sid: str,
+    entrypoint: str,
+    submitted_at: float,
+    cluster_version: str | None,
+    created: bool,
+    resumed: resume.Resume | None = None,
 ) -> dict[str, Any]:
     raw = spec.raw
     prepared = fsutil.read_json(posixpath.join(raw["model"]["hfPath"], ".miles-hooks-prepared.json"))
@@ -88,6 +101,7 @@ def provenance_record(
         "submissionId": sid,
         "runId": spec.run_id(),
         "createdBySubmit": created,
+        "resume": resumed.as_dict() if resumed else None,
         "submittedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(submitted_at)),
         "release": raw["release"],
         "images": {
@@ -139,6 +153,7 @@ def merge_previous(record: dict[str, Any], existing: Any, created: bool) -> dict
     same_job = existing.get("submissionId") == record["submissionId"] and not created
     if same_job:
         record["submittedAt"] = existing.get("submittedAt", record["submittedAt"])
+        record["resume"] = record.get("resume") or existing.get("resume")
         record["createdBySubmit"] = existing.get("createdBySubmit", created)
     elif existing.get("submissionId") is not None:
         previous.append(
@@ -149,19 +164,50 @@ def merge_previous(record: dict[str, Any], existing: Any, created: bool) -> dict
 
 
 def write_provenance(
-    spec: RunSpec, sid: str, entrypoint: str, submitted_at: float, cl: Any, created: bool
+    spec: RunSpec,
+    sid: str,
+    entrypoint: str,
+    submitted_at: float,
+    cl: Any,
+    created: bool,
+    resumed: resume.Resume | None = None,
 ) -> str:
     path = str(spec.raw["output"]["provenanceFile"])
-    record = provenance_record(spec, sid, entrypoint, submitted_at, _cluster_version(cl), created)
+    record = provenance_record(spec, sid, entrypoint, submitted_at, _cluster_version(cl), created, resumed)
     merge_previous(record, fsutil.read_json(path), created)
     try:
         fsutil.atomic_write_json(path, record)
     except OSError as exc:
         raise CheckFailed(
             f"cannot write the provenance record {path}: {exc.strerror}; expected the shared "
-            "volume to be mounted writable (output.provenanceFile)"
+            "volume to be mounted writable (the run spec's output.provenanceFile, under output.dir)"
         ) from exc
     return path
+
+
+def stop_previous(cl: Any, spec: RunSpec, sid: str, stop_timeout: float) -> None:
+    """Stops every active job of the release other than ``sid`` (``submit.onChange: restart``), or refuses
+    (``fail``)."""
+    raw = spec.raw
+    active = previous_active(list(cl.list_jobs()), raw, sid)
+    if not active:
+        return
+    ids = ", ".join(f"{j.submission_id} ({rayjobs.status_name(j.status)})" for j in active)
+    if raw["submit"]["onChange"] == "fail":
+        raise CheckFailed(
+            f"the run spec changed while job(s) {ids} of release {spec.release} are still running; "
+            "expected no active job with a different spec (submit.onChange is 'fail'). Stop the job, "
+            "or set submit.onChange=restart to stop it automatically"
+        )
+    for job in active:
+        LOG.info(
+            "the run spec changed: stopping the previous job",
+            extra={"fields": {"previous": job.submission_id, "new": sid}},
+        )
+        cl.stop_job(job.submission_id)
+    for job in active:
+        state = rayjobs.wait_terminal(cl, job.submission_id, stop_timeout)
+        LOG.info("previous job stopped", extra={"fields": {"previous": job.submission_id, "state": state}})
 
 
 def run(spec: RunSpec, stop_timeout: float = DEFAULT_STOP_TIMEOUT, dry_run: bool = False) -> dict[str, Any]:
@@ -181,43 +227,33 @@ def run(spec: RunSpec, stop_timeout: float = DEFAULT_STOP_TIMEOUT, dry_run: bool
     if dry_run:
         return {"submissionId": sid, "entrypoint": entrypoint, "created": False, "dryRun": True}
     cl = rayjobs.client(spec.dashboard_url)
+    stop_previous(cl, spec, sid, stop_timeout)
     existing = rayjobs.get_job(cl, sid)
     if existing is not None:
         state = rayjobs.status_name(existing.status)
+        if state != "STOPPED":
+            LOG.info(
+                "a job for this run spec already exists; nothing to submit",
+                extra={"fields": {"submission_id": sid, "state": state}},
+            )
+            if state == "FAILED":
+                LOG.warning(
+                    "that job has FAILED; change the spec (or delete the job) to run again",
+                    extra={"fields": {"message": existing.message}},
+                )
+            started = (existing.start_time or time.time() * 1000) / 1000.0
+            path = write_provenance(spec, sid, entrypoint, started, cl, created=False)
+            return {"submissionId": sid, "created": False, "state": state, "provenance": path}
         LOG.info(
-            "a job for this run spec already exists; nothing to submit",
-            extra={"fields": {"submission_id": sid, "state": state}},
+            "the job of this run spec was stopped (a rollback, or an upgrade back to this spec): "
+            "submitting it again under the same id; it resumes from its latest checkpoint",
+            extra={"fields": {"submission_id": sid}},
         )
-        if state == "FAILED":
-            LOG.warning(
-                "that job has FAILED; change the spec (or delete the job) to run again",
-                extra={"fields": {"message": existing.message}},
-            )
-        started = (existing.start_time or time.time() * 1000) / 1000.0
-        path = write_provenance(spec, sid, entrypoint, started, cl, created=False)
-        return {"submissionId": sid, "created": False, "state": state, "provenance": path}
+        rayjobs.delete_settled(cl, spec.dashboard_url, sid)
 
-    active = previous_active(list(cl.list_jobs()), raw, sid)
-    if active:
-        ids = ", ".join(f"{j.submission_id} ({rayjobs.status_name(j.status)})" for j in active)
-        if raw["submit"]["onChange"] == "fail":
-            raise CheckFailed(
-                f"the run spec changed while job(s) {ids} of release {spec.release} are still running; "
-                "expected no active job with a different spec (submit.onChange is 'fail'). Stop the job, "
-                "or set submit.onChange=restart to stop it automatically"
-            )
-        for job in active:
-            LOG.info(
-                "the run spec changed: stopping the previous job",
-                extra={"fields": {"previous": job.submission_id, "new": sid}},
-            )
-            cl.stop_job(job.submission_id)
-        for job in active:
-            state = rayjobs.wait_terminal(cl, job.submission_id, stop_timeout)
-            LOG.info(
-                "previous job stopped", extra={"fields": {"previous": job.submission_id, "state": state}}
-            )
-
+    # the last gate before a job exists (a rollback or a new Ray head reaches it without prepare-data)
+    resumed = resume.decide(raw)
+    LOG.info(resumed.describe(), extra={"fields": resumed.as_dict()})
     submitted_at = time.time()
     try:
         rayjobs.submit_job(
@@ -242,6 +278,6 @@ def run(spec: RunSpec, stop_timeout: float = DEFAULT_STOP_TIMEOUT, dry_run: bool
         "job submitted" if created else "job present",
         extra={"fields": {"submission_id": sid, "entrypoint_resources": entrypoint_resources(raw)}},
     )
-    path = write_provenance(spec, sid, entrypoint, submitted_at, cl, created=created)
+    path = write_provenance(spec, sid, entrypoint, submitted_at, cl, created=created, resumed=resumed)
     LOG.info("provenance recorded", extra={"fields": {"path": path}})
     return {"submissionId": sid, "created": created, "state": "PENDING", "provenance": path}

@@ -279,7 +279,7 @@ def wait_gcs(dashboard_url: str, deadline: float) -> str:
         if time.monotonic() + delay >= deadline:
             raise HookTimeout(
                 f"Ray GCS at {dashboard_url} not healthy before the deadline: {detail}; check the "
-                "head pod's logs (and rayCluster.dashboardUrl)"
+                "head pod's logs (and the run spec's rayCluster.dashboardUrl)"
             )
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
@@ -335,7 +335,7 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
             },
         )
     else:
-        LOG.info("rayCluster.enabled is false (singleNode): waiting for the pod-local Ray only")
+        LOG.info("mode singleNode: waiting for the pod-local Ray only")
     detail = wait_gcs(spec.dashboard_url, time.monotonic() + clock.remaining())
     LOG.info("Ray GCS healthy", extra={"fields": {"detail": detail}})
     return {"ready": True, "seconds": round(time.monotonic() - started, 2), "apiRequests": requests}

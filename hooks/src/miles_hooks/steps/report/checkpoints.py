@@ -112,7 +112,9 @@ def scan(directory: str | Path, deadline: Deadline | None = None) -> CheckpointS
     deadline = deadline or Deadline(None)
     root = Path(directory)
     out = CheckpointScan(directory=str(root))
-    if not fsutil.existing_dir(root, "output.checkpointDir", "a directory (the --save parent of iter_*)"):
+    if not fsutil.existing_dir(
+        root, "the run spec's output.checkpointDir", "a directory (the --save parent of iter_*)"
+    ):
         return out
     out.exists = True
     tracker = root / TRACKER
@@ -131,7 +133,7 @@ def scan(directory: str | Path, deadline: Deadline | None = None) -> CheckpointS
             out.warnings.append(
                 f"{tracker} says 'release': expected an iteration number; this looks like a "
                 "converted torch_dist directory, not the run's --save directory "
-                "(output.checkpointDir)"
+                "(the run spec's output.checkpointDir)"
             )
         else:
             found = out.tracker if len(out.tracker) <= 40 else out.tracker[:37] + "..."
@@ -141,8 +143,8 @@ def scan(directory: str | Path, deadline: Deadline | None = None) -> CheckpointS
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
         raise CheckFailed(
-            f"output.checkpointDir {root} cannot be listed: {exc.strerror}; expected it readable "
-            f"by the hooks user (uid {os.getuid()})"
+            f"the run spec's output.checkpointDir {root} cannot be listed: {exc.strerror}; expected it "
+            f"readable by the hooks user (uid {os.getuid()})"
         ) from exc
     for entry in entries:
         match = ITER_DIR.match(entry.name)

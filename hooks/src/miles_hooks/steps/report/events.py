@@ -82,8 +82,8 @@ def find_event_files(directory: Path, deadline: Deadline, warnings: list[str] | 
         where = exc.filename or str(directory)
         if Path(where) == directory:
             raise CheckFailed(
-                f"output.tensorboardDir {directory} cannot be listed: {exc.strerror}; expected it "
-                f"readable by the hooks user (uid {os.getuid()})"
+                f"the run spec's output.tensorboardDir {directory} cannot be listed: {exc.strerror}; "
+                f"expected it readable by the hooks user (uid {os.getuid()})"
             ) from exc
         if warnings is not None:
             warnings.append(f"{where} cannot be listed ({exc.strerror}); event files in it are not counted")
@@ -177,7 +177,9 @@ def scan(directory: str | Path, deadline: Deadline | None = None) -> EventScan:
     deadline = deadline or Deadline(None)
     root = Path(directory)
     out = EventScan(directory=str(root))
-    if not fsutil.existing_dir(root, "output.tensorboardDir", "a directory of TensorBoard event files"):
+    if not fsutil.existing_dir(
+        root, "the run spec's output.tensorboardDir", "a directory of TensorBoard event files"
+    ):
         return out
     out.exists = True
     per_file: list[tuple[float, dict[str, list[Point]]]] = []

@@ -33,7 +33,7 @@ def read(path: str | Path, spec: RunSpec) -> dict[str, Any]:
         text = p.read_text("utf-8")
     except FileNotFoundError:
         out["warnings"].append(
-            f"no provenance record at {p} (output.provenanceFile): the submit hook has not "
+            f"no provenance record at {p} (the run spec's output.provenanceFile): the submit hook has not "
             "run for this output directory"
         )
         return out

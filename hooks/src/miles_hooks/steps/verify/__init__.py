@@ -59,7 +59,7 @@ def node_problems(nodes: list[dict[str, Any]], raw: RawSpec) -> tuple[list[str],
         if head_gpus > 0 and gpus < head_gpus:
             problems.append(
                 f"head {head.get('node_ip')} advertises GPU={gpus:g}; expected {head_gpus} "
-                "(rayCluster.headGpus)"
+                "(rayCluster.head.gpus)"
             )
     workers = [n for n in alive if (n.get("resources_total") or {}).get(res_name, 0) > 0]
     for n in alive:
@@ -71,7 +71,7 @@ def node_problems(nodes: list[dict[str, Any]], raw: RawSpec) -> tuple[list[str],
     if len(workers) != topo["workerReplicas"]:
         problems.append(
             f"expected {topo['workerReplicas']} alive worker(s) with {res_name!r} "
-            f"(topology.workerReplicas), found {len(workers)}"
+            f"(the run spec's topology.workerReplicas), found {len(workers)}"
         )
     for w in workers:
         gpus = float((w.get("resources_total") or {}).get("GPU", 0))
@@ -122,7 +122,7 @@ def probe_problems(
 
 def _http_json(url: str, timeout: float = 10.0) -> Any:
     if not url.startswith(("http://", "https://")):
-        raise CheckFailed(f"rayCluster.dashboardUrl must be http(s), found {url!r}")
+        raise CheckFailed(f"the run spec's rayCluster.dashboardUrl must be http(s), found {url!r}")
     request = urllib.request.Request(url, headers=rayjobs.auth_headers())  # noqa: S310 - scheme checked
     with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - scheme checked
         return json.loads(resp.read())

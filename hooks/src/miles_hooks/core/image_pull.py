@@ -1,0 +1,179 @@
+"""The miles image is pullable where it will run: a pod per node pool pulls it, before anything starts.
+
+KubeRay replaces a RayCluster's pods on an upgrade before it knows whether the new ones can start: an image
+tag that does not exist used to take a healthy run down, and surfaced only at wait-ready's timeout. preflight
+(pre-install/pre-upgrade, before any object of the release changes) runs a pod of the miles image on each
+pool that runs it (the head's and the GPU workers'), doing nothing (`true`, as nobody, restricted Pod
+Security). The pod's container starting proves the node has the image; a pull error (`ErrImagePull`,
+`ImagePullBackOff`, `InvalidImageName`) fails preflight in seconds naming the values. A pull still going at
+the deadline passes with a warning: a reference the registry cannot serve fails within seconds, and the
+pull itself warms the node's cache for the Ray pods. A pool with no room for the pod is reported, not waited
+for. The pods are deleted in every case.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from miles_hooks.core import kube, log
+from miles_hooks.core.runspec_types import NodePoolSpec, RawSpec
+
+LOG = log.get("preflight")
+
+COMPONENT = "hook-image-check"
+# "unscheduled" is final too: waiting on a full pool would hold every upgrade for the whole timeout (and a
+# pending pod could make an autoscaler add a GPU node for it)
+FINAL = ("pulled", "failed", "unscheduled")
+PULL_ERRORS = (
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "RegistryUnavailable",
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    pool: str
+    pod: str
+    state: str  # "pulled" | "failed" | "pulling" | "unscheduled"
+    detail: str
+
+
+def pools(raw: RawSpec) -> dict[str, NodePoolSpec]:
+    """The node pools the miles image runs on, by name; one probe for pools that are the same."""
+    found: dict[str, NodePoolSpec] = {}
+    candidates = [("gpu-workers", raw["rayCluster"]["worker"])]
+    if raw["rayCluster"]["enabled"]:
+        candidates.insert(0, ("ray-head", raw["rayCluster"]["head"]))
+    for name, pool in candidates:
+        if pool not in found.values():
+            found[name] = pool
+    return found
+
+
+def probe_pod(raw: RawSpec, pool_name: str, pool: NodePoolSpec) -> dict[str, Any]:
+    release = raw["release"]
+    image = raw["checks"]["image"]
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{release['fullname']}-image-check-{pool_name}-",
+            "namespace": release["namespace"],
+            "labels": {
+                "app.kubernetes.io/instance": release["name"],
+                "app.kubernetes.io/managed-by": "miles-hooks",
+                "app.kubernetes.io/component": COMPONENT,
+            },
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": dict(pool["nodeSelector"]),
+            "tolerations": [dict(t) for t in pool["tolerations"]],
+            "imagePullSecrets": [{"name": n} for n in image["pullSecrets"]],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65534,
+                "runAsGroup": 65534,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "image",
+                    "image": raw["images"]["miles"],
+                    "imagePullPolicy": image["pullPolicy"],
+                    "command": ["true"],
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "16Mi"},
+                        "limits": {"cpu": "100m", "memory": "64Mi"},
+                    },
+                    "securityContext": restricted,
+                }
+            ],
+        },
+    }
+
+
+def judge(pod: dict[str, Any]) -> tuple[str, str]:
+    """(state, detail) of a probe pod: pulled once its container started (or ended), failed on a pull error;
+    else pulling, or unscheduled while no node takes it."""
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        if "running" in state or "terminated" in state:
+            return "pulled", f"the container started on node {pod.get('spec', {}).get('nodeName')}"
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") in PULL_ERRORS:
+            return "failed", f"{waiting['reason']}: {waiting.get('message') or 'no message'}"
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return "unscheduled", str(condition.get("message") or condition.get("reason") or "not scheduled")
+    node = (pod.get("spec") or {}).get("nodeName")
+    return "pulling", f"pulling on node {node}" if node else "waiting for a node"
+
+
+def check(api: kube.Api, raw: RawSpec) -> list[Outcome]:
+    """Runs the probes, one per pool, and waits (a watch) until each pulled or failed, or the deadline; the
+    pods are deleted whatever happens (and any an interrupted earlier check left, first)."""
+    # kubernetes is imported on use: the CLI that imports this also runs convert in the miles image
+    from kubernetes import watch  # noqa: PLC0415
+
+    core = api.core()
+    ns = raw["release"]["namespace"]
+    selector = f"app.kubernetes.io/instance={raw['release']['name']},app.kubernetes.io/component={COMPONENT}"
+    probes: dict[str, str] = {}  # pod name -> pool
+    last: dict[str, tuple[str, str]] = {}
+    deadline = time.monotonic() + float(raw["checks"]["image"]["timeoutSeconds"])
+
+    def decided() -> bool:
+        return all(last.get(n, ("",))[0] in FINAL for n in probes)
+
+    _delete_all(core, ns, selector)
+    try:
+        for pool_name, pool in pools(raw).items():
+            with kube.api_call(f"creating the image check pod of the {pool_name} pool"):
+                created = core.create_namespaced_pod(ns, probe_pod(raw, pool_name, pool))
+            probes[str(created.metadata.name)] = pool_name
+        LOG.info(
+            "checking that the miles image is pullable on each pool that runs it",
+            extra={"fields": {"image": raw["images"]["miles"], "pods": sorted(probes)}},
+        )
+        while not decided() and time.monotonic() < deadline:
+            w = watch.Watch()
+            remaining = max(1, int(deadline - time.monotonic()))
+            with kube.api_call("watching the image check pods"):
+                for event in w.stream(
+                    core.list_namespaced_pod, ns, label_selector=selector, timeout_seconds=remaining
+                ):
+                    pod = api.to_dict(event["object"])
+                    if pod["metadata"]["name"] in probes and event["type"] != "DELETED":
+                        last[pod["metadata"]["name"]] = judge(pod)
+                    if decided():
+                        w.stop()
+                        break
+    finally:
+        _delete_all(core, ns, selector)
+    return [Outcome(probes[n], n, *last.get(n, ("pulling", "no status yet"))) for n in sorted(probes)]
+
+
+def _delete_all(core: Any, ns: str, selector: str) -> None:
+    with kube.api_call("listing the image check pods"):
+        names = [p.metadata.name for p in core.list_namespaced_pod(ns, label_selector=selector).items]
+    for name in names:
+        kube.optional(
+            f"deleting the image check pod {name}",
+            functools.partial(core.delete_namespaced_pod, name, ns, grace_period_seconds=0),
+        )
