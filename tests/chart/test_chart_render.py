@@ -133,7 +133,7 @@ def test_run_spec_validates_against_the_hooks_schema(helm, scenario):
     normal = find(documents, "ConfigMap", f"{RELEASE}-run")[0]["data"]
     assert hook_copy and hook_copy[0]["data"]["run.json"] == normal["run.json"]
     assert set(hook_copy[0]["data"]) == {"run.json", "manifests.yaml"} and set(normal) == {"run.json"}
-    assert hook_copy[0]["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert hook_copy[0]["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade,pre-delete"
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
