@@ -4,7 +4,9 @@ Helm deletes a hook Job only when its phase succeeds (``hook-succeeded``): a fai
 leaves its hook Jobs behind, and a convert Job still running after Helm's ``--timeout`` keeps asking for a
 GPU for up to its deadline. Uninstall does not touch hook objects. This step deletes every Job and pod
 of the release that a hook created (``app.kubernetes.io/component: hook-*``), itself excepted, and waits
-on a watch until their pods are gone, so the GPU is free when ``helm uninstall`` returns.
+on a watch until their pods are gone, so the GPU is free when ``helm uninstall`` returns. It deletes the
+release's RayClusters too: Helm deletes what the last revision's manifest lists, and a failed upgrade that
+renamed the cluster lists a name that never existed.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def run(spec: RunSpec, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
             f"deleting Job {name}",
             functools.partial(batch.delete_namespaced_job, name, ns, propagation_policy="Background"),
         )
+    clusters = _delete_rayclusters(api, ns, selector)
     pods, _ = _list_pods(api, core, ns, selector)
     for name, pod in sorted(pods.items()):
         if not pod["metadata"].get("ownerReferences"):
@@ -62,9 +65,46 @@ def run(spec: RunSpec, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
             kube.optional(f"deleting pod {name}", functools.partial(core.delete_namespaced_pod, name, ns))
     wait_gone(api, core, ns, selector, time.monotonic() + timeout)
     deleted = sorted(str(j["metadata"]["name"]) for j in left_jobs)
-    result = {"jobsDeleted": deleted, "apiRequests": api.requests}
+    result = {"jobsDeleted": deleted, "rayClustersDeleted": clusters, "apiRequests": api.requests}
     LOG.info("no hook Job or pod of the release is left", extra={"fields": result})
     return result
+
+
+def _delete_rayclusters(api: kube.Api, ns: str, selector: str) -> list[str]:
+    """Every RayCluster of the release: Helm deletes only those of the last revision's manifest, and a failed
+    upgrade that renamed the cluster (upgradeStrategy nameHash) left the running one out of it, GPUs and
+    all. (A RayJob's clusters are owned by the RayJob, which Helm deletes.)"""
+    custom = api.custom()
+    listed = kube.optional(
+        f"listing the RayClusters of {selector}",
+        functools.partial(
+            custom.list_namespaced_custom_object,
+            kube.RAY_GROUP,
+            kube.RAY_VERSION,
+            ns,
+            kube.RAY_PLURAL,
+            label_selector=selector,
+        ),
+    )
+    names = sorted(
+        str(rc["metadata"]["name"])
+        for rc in (listed or {}).get("items", [])
+        if not rc["metadata"].get("ownerReferences")
+    )
+    for name in names:
+        LOG.info("deleting a RayCluster of the release", extra={"fields": {"raycluster": name}})
+        kube.optional(
+            f"deleting RayCluster {name}",
+            functools.partial(
+                custom.delete_namespaced_custom_object,
+                kube.RAY_GROUP,
+                kube.RAY_VERSION,
+                ns,
+                kube.RAY_PLURAL,
+                name,
+            ),
+        )
+    return names
 
 
 def _list_pods(api: kube.Api, core: Any, ns: str, selector: str) -> tuple[dict[str, dict[str, Any]], str]:
