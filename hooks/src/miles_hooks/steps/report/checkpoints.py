@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import fsutil
+from miles_hooks.core import fsutil, resume
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.steps.report.deadline import Deadline
 
 ITER_DIR = re.compile(r"^iter_(\d{7,})$")
-TRACKER = "latest_checkpointed_iteration.txt"
+TRACKER = resume.TRACKER  # one name for the tracker miles writes last after a save
 
 
 @dataclass(frozen=True)
