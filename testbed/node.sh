@@ -20,6 +20,19 @@ ctr=(ctr --address "$node_dir/containerd/containerd.sock" --namespace k8s.io)
 # nsenter, not `ip netns exec`: that also remounts /sys, hiding the cgroup mounts the kubelet needs
 in_netns=(nsenter "--net=/var/run/netns/$node_netns")
 
+# A testbed killed before its `down` (a stopped CI job, a closed session) leaves its namespace, veth and route behind,
+# and `ip netns add` would fail on them. Nothing running in the namespace means nothing of a live testbed is there.
+reclaim_leftover_netns() {
+  [[ -e /var/run/netns/$node_netns ]] || return 0
+  local pids
+  pids=$(ip netns pids "$node_netns" 2>/dev/null | tr '\n' ' ')
+  [[ -z $pids ]] || die "network namespace $node_netns is in use (pids $pids): another testbed with port offset $off is up; take it down (testbed/down.sh with its CLUSTER_DIR) or use another TESTBED_PORT_OFFSET"
+  log "removing network namespace $node_netns, veth $node_veth_host and route $node_pod_cidr left by a testbed that was killed"
+  ip route del "$node_pod_cidr" 2>/dev/null || true
+  ip link del "$node_veth_host" 2>/dev/null || true
+  ip netns del "$node_netns"
+}
+
 node_up() {
   need_bins kubelet kube-proxy kubectl coredns
   [[ -f $manifest ]] || die "$manifest missing: run \`ci/install-tools.sh images\` (or make tools)"
@@ -28,6 +41,7 @@ node_up() {
   mkdir -p "$node_dir"/{containerd,cni,cni-ipam,kubelet,pki,pod-logs} "$CLUSTER_DIR"/{run,logs}
 
   # --- network namespace, veth pair, routes --------------------------------------------------------------
+  reclaim_leftover_netns
   ip netns add "$node_netns"
   ip link add "$node_veth_host" type veth peer name "$node_veth_node"
   ip link set "$node_veth_node" netns "$node_netns"

@@ -9,6 +9,9 @@ own
 state directory, ports, network namespace and pod range) runs beside the e2e one; a pod on each real node
 writes a line, both kubelets run their log and container garbage collection, and each pod's log is still read
 through its own API server, before and after the second testbed goes down.
+
+The second testbed also starts over what a killed one leaves (a stopped CI job, a closed session): its network
+namespace and veth pair, which `ip netns add` refused ("File exists") before `up` reclaimed them.
 """
 
 from __future__ import annotations
@@ -100,8 +103,14 @@ def test_two_testbeds_side_by_side_keep_their_pod_logs(testbed: Path, namespace:
     tag = uuid.uuid4().hex[:8]
     e2e_line, side_line = f"e2e-testbed-{tag}", f"side-testbed-{tag}"
     pod = "two-testbeds"
-    tb.run([str(tb.REPO / "testbed" / "up.sh")], env=SIDE_ENV, timeout=300)
+    side_slot = int(SIDE_ENV["TESTBED_PORT_OFFSET"]) // 100
+    leftover_netns, leftover_veth = f"miles-tb-{side_slot}", f"mtb{side_slot}-h"
+    tb.run(["ip", "netns", "add", leftover_netns])
+    tb.run(["ip", "link", "add", leftover_veth, "type", "veth", "peer", "name", f"mtb{side_slot}-n"])
+    tb.run(["ip", "link", "set", f"mtb{side_slot}-n", "netns", leftover_netns])
+    up = tb.run([str(tb.REPO / "testbed" / "up.sh")], env=SIDE_ENV, timeout=300)
     try:
+        assert f"removing network namespace {leftover_netns}" in up.out, up.out
         kubectl_on(side_kc, "create", "namespace", namespace)
         for kc, line in ((tb.KUBECONFIG, e2e_line), (side_kc, side_line)):
             tb.run(
@@ -134,7 +143,6 @@ def test_two_testbeds_side_by_side_keep_their_pod_logs(testbed: Path, namespace:
     # the second testbed took its own links and logs with it, and left the e2e testbed's alone
     assert not links_into(SIDE_DIR / "node" / "pod-logs")
     assert not (SIDE_DIR / "node" / "pod-logs").exists()
-    side_slot = int(SIDE_ENV["TESTBED_PORT_OFFSET"]) // 100
     assert not list(Path("/var/lib/cni/results").glob(f"miles-testbed-{side_slot}-*"))
     assert links_into(tb.CLUSTER_DIR / "node" / "pod-logs")
     res = pod_log(tb.KUBECONFIG, namespace, pod)
