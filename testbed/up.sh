@@ -35,6 +35,9 @@ trap 'rc=$?; if ((rc != 0)); then log "up failed (exit $rc): stopping what was s
 mkdir -p "$CLUSTER_DIR"/{run,logs}
 rm -rf "$CLUSTER_DIR/etcd-data" "$CLUSTER_DIR/runner" "$RAY_TMP"
 rm -f "$CLUSTER_DIR"/logs/*.log
+# pid files of a testbed killed before its `down` (nothing of them runs: any_running said so above); left, each
+# would read as a component that exited while waiting
+rm -f "$CLUSTER_DIR"/run/*.pid
 "$here/certs.sh"
 kc="$KUBECONFIG_TESTBED"
 pki="$CLUSTER_DIR/pki"

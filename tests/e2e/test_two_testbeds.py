@@ -11,7 +11,8 @@ writes a line, both kubelets run their log and container garbage collection, and
 through its own API server, before and after the second testbed goes down.
 
 The second testbed also starts over what a killed one leaves (a stopped CI job, a closed session): its network
-namespace and veth pair, which `ip netns add` refused ("File exists") before `up` reclaimed them.
+namespace and veth pair, which `ip netns add` refused ("File exists"), and a pid file of a process long gone,
+which `up` read as a component that had just exited.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ def test_two_testbeds_side_by_side_keep_their_pod_logs(testbed: Path, namespace:
     tb.run(["ip", "netns", "add", leftover_netns])
     tb.run(["ip", "link", "add", leftover_veth, "type", "veth", "peer", "name", f"mtb{side_slot}-n"])
     tb.run(["ip", "link", "set", f"mtb{side_slot}-n", "netns", leftover_netns])
+    (SIDE_DIR / "run").mkdir(parents=True, exist_ok=True)
+    (SIDE_DIR / "run" / "apiserver-forward.pid").write_text("999999999 0\n")
     up = tb.run([str(tb.REPO / "testbed" / "up.sh")], env=SIDE_ENV, timeout=300)
     try:
         assert f"removing network namespace {leftover_netns}" in up.out, up.out
