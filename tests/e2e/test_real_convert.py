@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -90,6 +92,27 @@ def _install_convert_upgrade(
     assert not target.exists()
     token = "--from-literal=token=hf_testbed_not_a_token"
     tb.kubectl("-n", ns, "create", "secret", "generic", "hf-token", token)
+
+    # the directory the converted checkpoint goes into, made by root as an admin would on FSx (no fsGroup, no
+    # ACL): the next attempt stops at prepare-data's write probe, before any download or conversion, naming
+    # the UID and the fix; the fix is then run exactly as the message gives it, where the volume is mounted
+    models = target.parent
+    tb.run(["setfacl", "-b", str(models)])
+    models.chmod(0o755)
+    started = time.time()
+    refused = tb.run(tb.deploy_argv("helm4", "upgrade", rel, ns, values, "--install"), check=False)
+    assert refused.rc != 0, refused.out[-2000:]
+    prepare = hook_entry(tb.journal(ns, since=started), "prepare-data")
+    refusal = Path(prepare["log"]).read_text()
+    assert prepare["exitCode"] == 1, prepare
+    assert "the shared volume refuses writes by UID 10001" in refusal, refusal[-3000:]
+    assert f"model.torchDistPath (its parent) {tb.pod_path(models)}: Permission denied" in refusal, refusal
+    assert "owner UID 0, mode drwxr-xr-x" in refusal, refusal[-3000:]
+    assert not target.exists() and not runs.exists(), "converted before the volume was proven writable"
+    assert tb.kget("rayclusters.ray.io", ns)["items"] == []
+    fix = re.search(r"`(setfacl [^`]+)`", refusal)
+    assert fix, refusal[-3000:]
+    tb.run(tb.on_shared_storage(shlex.split(fix.group(1))))
 
     # helm upgrade --install (Flux, helmfile, CI): Helm runs the pre-upgrade hooks over the failed release,
     # and they do what the install's would: the whole hook sequence, the GPU convert running the converter

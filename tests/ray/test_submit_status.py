@@ -85,7 +85,10 @@ def test_first_submit_creates_one_job_and_repeat_creates_none(local_ray: LocalRa
     assert record["submissionId"] == sid
     assert record["images"]["milesDigest"].startswith("sha256:")
     assert record["spec"]["release"]["name"] == "rt-once"
-    assert record["ray"]["clusterVersion"]
+    # the Ray release the cluster runs, not the Jobs API's version ("4" on Ray 2.x)
+    import ray
+
+    assert record["ray"]["clusterVersion"] == ray.__version__
 
     st = cli("status", "--spec", str(spec_path), "--json")
     assert st.returncode == 0, st.stderr
@@ -157,6 +160,40 @@ def test_back_to_a_stopped_spec_runs_it_again_and_stops_the_newer(
     assert record["submissionId"] == old["submissionId"] and record["createdBySubmit"] is True
     assert record["previousSubmissions"][-1]["submissionId"] == new["submissionId"]
     client.stop_job(old["submissionId"])
+
+
+def test_a_provenance_write_that_fails_after_submitting_stops_the_job(
+    local_ray: LocalRay, tmp_path: Path
+) -> None:
+    """The output dir took the probe's write, then the record cannot be written (here: a directory stands
+    where the file goes). The hook fails, so the release is marked failed: the job it had just started must
+    not train on."""
+    raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-prov", args=["--sleep", "60"])
+    Path(raw["output"]["provenanceFile"]).mkdir(parents=True)
+    spec_path = write_spec(tmp_path / "run.json", raw)
+    client = JobSubmissionClient(local_ray.dashboard_url)
+    sid = specmod.submission_id(raw)
+
+    res = cli("submit", "--spec", str(spec_path))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"cannot write the provenance record {raw['output']['provenanceFile']}" in res.stderr, res.stderr
+    assert f"job {sid}, submitted moments before, was stopped" in res.stderr, res.stderr
+    assert wait_state(client, sid, {"STOPPED", "SUCCEEDED", "FAILED"}) == "STOPPED"
+
+
+def test_an_output_dir_the_hooks_cannot_write_stops_submit_before_it_submits(
+    local_ray: LocalRay, tmp_path: Path
+) -> None:
+    raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-ro")
+    raw["output"]["dir"] = "/proc/miles-no-such-dir"  # refused even to root
+    spec_path = write_spec(tmp_path / "run.json", raw)
+    client = JobSubmissionClient(local_ray.dashboard_url)
+
+    res = cli("submit", "--spec", str(spec_path))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "the shared volume refuses writes by UID" in res.stderr, res.stderr
+    assert "output.dir /proc/miles-no-such-dir" in res.stderr, res.stderr
+    assert release_jobs(client, "rt-ro") == []
 
 
 def test_changed_spec_with_on_change_fail_is_refused(local_ray: LocalRay, tmp_path: Path) -> None:

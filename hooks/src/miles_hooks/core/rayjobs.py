@@ -3,8 +3,10 @@ convert path)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +170,22 @@ def delete_settled(cl: Any, dashboard: str, submission_id: str, timeout: float =
         if now >= deadline:
             raise HookTimeout(f"Ray job {submission_id}: its record kept coming back for {timeout:.0f}s")
         time.sleep(0.2)
+
+
+def dashboard_json(url: str, timeout: float = 10.0) -> Any:
+    """GET ``url`` on the Ray dashboard (with the Ray token when one is set), parsed."""
+    if not url.startswith(("http://", "https://")):
+        raise CheckFailed(f"the run spec's rayCluster.dashboardUrl must be http(s), found {url!r}")
+    request = urllib.request.Request(url, headers=auth_headers())  # noqa: S310 - scheme checked
+    with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - scheme checked
+        return json.loads(resp.read())
+
+
+def ray_version(dashboard: str) -> str | None:
+    """The Ray release the cluster runs (``/api/version``'s ``ray_version``; its ``version`` is the Jobs
+    API's, which ``JobSubmissionClient.get_version`` returns), or None when the dashboard does not say."""
+    try:
+        version = dashboard_json(dashboard.rstrip("/") + "/api/version").get("ray_version")
+    except (OSError, ValueError, AttributeError, CheckFailed):
+        return None
+    return str(version) if version else None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from miles_hooks.core import fsutil, log, resume
+from miles_hooks.core import fsutil, log, resume, writable
 from miles_hooks.core.errors import BadInput, CheckFailed
 from miles_hooks.core.runspec import RunSpec
 from miles_hooks.core.runspec_types import RawSpec
@@ -459,6 +459,10 @@ def check_present(target: Target) -> dict[str, Any]:
 
 def run(spec: RunSpec, source_dir: str | None = None) -> dict[str, Any]:
     raw = spec.raw
+    proven = writable.require(writable.directories_written(raw))
+    LOG.info(
+        "the shared volume takes this user's writes", extra={"fields": {"uid": os.getuid(), "dirs": proven}}
+    )
     # before any download: what the job will do with the checkpoints already in output.dir (or why not)
     decision = resume.decide(raw)
     LOG.info(decision.describe(), extra={"fields": decision.as_dict()})

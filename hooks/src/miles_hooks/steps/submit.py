@@ -22,10 +22,11 @@ from __future__ import annotations
 import posixpath
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from miles_hooks import __version__
-from miles_hooks.core import fsutil, log, rayjobs, resume
+from miles_hooks.core import fsutil, log, rayjobs, resume, writable
 from miles_hooks.core.entrypoint import build_entrypoint, entrypoint_resources
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.runspec import RunSpec, run_id
@@ -132,14 +133,6 @@ def provenance_record(
     }
 
 
-def _cluster_version(cl: Any) -> str | None:
-    try:
-        version = cl.get_version()
-    except Exception:
-        return None
-    return str(version) if version else None
-
-
 def merge_previous(record: dict[str, Any], existing: Any, created: bool) -> dict[str, Any]:
     """``record`` completed from the provenance file's previous content ``existing``.
 
@@ -173,7 +166,9 @@ def write_provenance(
     resumed: resume.Resume | None = None,
 ) -> str:
     path = str(spec.raw["output"]["provenanceFile"])
-    record = provenance_record(spec, sid, entrypoint, submitted_at, _cluster_version(cl), created, resumed)
+    record = provenance_record(
+        spec, sid, entrypoint, submitted_at, rayjobs.ray_version(spec.dashboard_url), created, resumed
+    )
     merge_previous(record, fsutil.read_json(path), created)
     try:
         fsutil.atomic_write_json(path, record)
@@ -226,6 +221,9 @@ def run(spec: RunSpec, stop_timeout: float = DEFAULT_STOP_TIMEOUT, dry_run: bool
     )
     if dry_run:
         return {"submissionId": sid, "entrypoint": entrypoint, "created": False, "dryRun": True}
+    # the provenance record is written after the job exists: an output dir closed to the hooks' user must
+    # stop this step before it submits (or stops anything), not after
+    writable.require([("output.dir", Path(raw["output"]["dir"]))])
     cl = rayjobs.client(spec.dashboard_url)
     stop_previous(cl, spec, sid, stop_timeout)
     existing = rayjobs.get_job(cl, sid)
@@ -278,6 +276,17 @@ def run(spec: RunSpec, stop_timeout: float = DEFAULT_STOP_TIMEOUT, dry_run: bool
         "job submitted" if created else "job present",
         extra={"fields": {"submission_id": sid, "entrypoint_resources": entrypoint_resources(raw)}},
     )
-    path = write_provenance(spec, sid, entrypoint, submitted_at, cl, created=created, resumed=resumed)
+    try:
+        path = write_provenance(spec, sid, entrypoint, submitted_at, cl, created=created, resumed=resumed)
+    except CheckFailed as exc:
+        if not created:
+            raise
+        # a failed hook marks the release failed: the job this step started must not train on regardless
+        cl.stop_job(sid)
+        raise CheckFailed(
+            f"{exc.message}; job {sid}, submitted moments before, was stopped so that the failed release "
+            "leaves no run behind. Fix the volume, then `helm upgrade --install` again",
+            exc.details,
+        ) from exc
     LOG.info("provenance recorded", extra={"fields": {"path": path}})
     return {"submissionId": sid, "created": created, "state": "PENDING", "provenance": path}

@@ -18,7 +18,6 @@ import dataclasses
 import json
 import secrets
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -120,14 +119,6 @@ def probe_problems(
     return problems
 
 
-def _http_json(url: str, timeout: float = 10.0) -> Any:
-    if not url.startswith(("http://", "https://")):
-        raise CheckFailed(f"the run spec's rayCluster.dashboardUrl must be http(s), found {url!r}")
-    request = urllib.request.Request(url, headers=rayjobs.auth_headers())  # noqa: S310 - scheme checked
-    with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - scheme checked
-        return json.loads(resp.read())
-
-
 def list_nodes(dashboard: str) -> list[dict[str, Any]]:
     # ray is imported on use: the CLI that imports this step also runs convert in the miles image
     from ray.util.state import list_nodes as ray_list_nodes  # noqa: PLC0415
@@ -205,7 +196,7 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
     if not healthy:
         raise CheckFailed(f"Ray GCS not healthy: {detail} (run wait-ready first)")
     cl = rayjobs.client(dashboard)  # first: a refused token is reported as such
-    version = _http_json(dashboard + "/api/version").get("ray_version")
+    version = rayjobs.dashboard_json(dashboard + "/api/version").get("ray_version")
     problems = version_problems(version, raw)
     node_list = list_nodes(dashboard)
     if raw["mode"] == "singleNode":
