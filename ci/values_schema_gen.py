@@ -359,6 +359,9 @@ OVERRIDES = {
     "hooks.podSecurityContext": {"$ref": "#/definitions/podSecurityContext"},
     "hooks.securityContext": {"$ref": "#/definitions/securityContext"},
     "submit.onChange": {"enum": ["restart", "fail"]},
+    "hooks.preflight.whenFull": {"enum": ["fail", "wait"]},
+    "hooks.preflight.imageCheckTimeoutSeconds": {"type": "integer", "minimum": 1},
+    "hooks.preflight.capacityCheckTimeoutSeconds": {"type": "integer", "minimum": 1},
     "submit.entrypointResources": {
         "type": "object",
         "additionalProperties": {"type": "number", "exclusiveMinimum": 0},

@@ -38,6 +38,49 @@ def test_not_enough_gpu_nodes(namespace: str, inputs_ready: Callable[..., Any]) 
     assert "4" in out and "node" in out.lower(), out[-3000:]
 
 
+def test_a_gpu_node_held_by_another_pod(namespace: str, inputs_ready: Callable[..., Any]) -> None:
+    """Both GPU nodes are installed, one is fully held by someone else's pod: counting installed GPUs said
+    "2 usable worker node(s)" and the run then sat with a worker Pending. The scheduler, asked through a
+    stand-in of each worker, says only one fits, and the install fails naming what it said."""
+    extra = ["--set", "topology.actorNodes=2", "--set", "topology.rolloutGpus=16"]
+    inputs_ready(COLOCATED, "miles", namespace, extra)
+    busy = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "other-release-worker", "namespace": namespace},
+        "spec": {
+            "nodeName": "gpu-0001",
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "localhost/miles-standin:testbed",
+                    "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}},
+                }
+            ],
+        },
+    }
+    tb.kubectl_apply(json.dumps(busy))
+    try:
+        tb.wait_until(
+            "the other release's pod to run on gpu-0001",
+            lambda: (
+                tb.kget("pod", namespace, "other-release-worker").get("status", {}).get("phase") == "Running"
+            ),
+            timeout=60,
+        )
+        out = install_fails(namespace, extra)
+        assert "1 of 2 GPU pod(s) (RayCluster/" in out, out[-3000:]
+        assert "Insufficient nvidia.com/gpu" in out, out[-3000:]
+        assert "hooks.preflight.whenFull=wait" in out, out[-3000:]
+        selector = "app.kubernetes.io/component=hook-capacity-check"
+        assert tb.kget("pods", namespace, selector=selector)["items"] == [], "a stand-in was left behind"
+    finally:
+        tb.kubectl(
+            "delete", "pod", "-n", namespace, "other-release-worker", "--wait=true", "--grace-period=0"
+        )
+
+
 def test_checkpoints_beyond_the_claim(namespace: str, inputs_ready: Callable[..., Any]) -> None:
     """The run's checkpoint budget (chart) against the real claim's capacity (1200Gi on the testbed)."""
     extra = ["--set", "model.parameterCount=300000000000"]

@@ -235,6 +235,11 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
       "timeoutSeconds" (int $v.hooks.preflight.imageCheckTimeoutSeconds)
       "pullPolicy" $v.image.pullPolicy
       "pullSecrets" $v.imagePullSecrets)
+    "capacity" (dict
+      "enabled" (and $v.hooks.enabled $v.hooks.preflight.enabled $v.hooks.preflight.capacityCheck)
+      "whenFull" $v.hooks.preflight.whenFull
+      "timeoutSeconds" (int $v.hooks.preflight.capacityCheckTimeoutSeconds)
+      "queued" (ne $v.scheduling.kueueQueue ""))
     "nodes" (dict
       "enabled" (and $v.hooks.preflight.enabled $v.hooks.preflight.nodeChecks)
       "gpuResource" $v.gpuPods.gpuResource

@@ -13,12 +13,10 @@ for. The pods are deleted in every case.
 
 from __future__ import annotations
 
-import functools
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from miles_hooks.core import kube, log
+from miles_hooks.core import kube, log, probe_pods
 from miles_hooks.core.runspec_types import NodePoolSpec, RawSpec
 
 LOG = log.get("preflight")
@@ -126,54 +124,24 @@ def judge(pod: dict[str, Any]) -> tuple[str, str]:
 
 
 def check(api: kube.Api, raw: RawSpec) -> list[Outcome]:
-    """Runs the probes, one per pool, and waits (a watch) until each pulled or failed, or the deadline; the
-    pods are deleted whatever happens (and any an interrupted earlier check left, first)."""
-    # kubernetes is imported on use: the CLI that imports this also runs convert in the miles image
-    from kubernetes import watch  # noqa: PLC0415
-
-    core = api.core()
-    ns = raw["release"]["namespace"]
+    """Runs the probes, one per pool, and waits until each pulled or failed, or the deadline."""
     selector = f"app.kubernetes.io/instance={raw['release']['name']},app.kubernetes.io/component={COMPONENT}"
-    probes: dict[str, str] = {}  # pod name -> pool
-    last: dict[str, tuple[str, str]] = {}
-    deadline = time.monotonic() + float(raw["checks"]["image"]["timeoutSeconds"])
-
-    def decided() -> bool:
-        return all(last.get(n, ("",))[0] in FINAL for n in probes)
-
-    _delete_all(core, ns, selector)
-    try:
-        for pool_name, pool in pools(raw).items():
-            with kube.api_call(f"creating the image check pod of the {pool_name} pool"):
-                created = core.create_namespaced_pod(ns, probe_pod(raw, pool_name, pool))
-            probes[str(created.metadata.name)] = pool_name
-        LOG.info(
-            "checking that the miles image is pullable on each pool that runs it",
-            extra={"fields": {"image": raw["images"]["miles"], "pods": sorted(probes)}},
-        )
-        while not decided() and time.monotonic() < deadline:
-            w = watch.Watch()
-            remaining = max(1, int(deadline - time.monotonic()))
-            with kube.api_call("watching the image check pods"):
-                for event in w.stream(
-                    core.list_namespaced_pod, ns, label_selector=selector, timeout_seconds=remaining
-                ):
-                    pod = api.to_dict(event["object"])
-                    if pod["metadata"]["name"] in probes and event["type"] != "DELETED":
-                        last[pod["metadata"]["name"]] = judge(pod)
-                    if decided():
-                        w.stop()
-                        break
-    finally:
-        _delete_all(core, ns, selector)
-    return [Outcome(probes[n], n, *last.get(n, ("pulling", "no status yet"))) for n in sorted(probes)]
-
-
-def _delete_all(core: Any, ns: str, selector: str) -> None:
-    with kube.api_call("listing the image check pods"):
-        names = [p.metadata.name for p in core.list_namespaced_pod(ns, label_selector=selector).items]
-    for name in names:
-        kube.optional(
-            f"deleting the image check pod {name}",
-            functools.partial(core.delete_namespaced_pod, name, ns, grace_period_seconds=0),
-        )
+    bodies = {name: probe_pod(raw, name, pool) for name, pool in pools(raw).items()}
+    LOG.info(
+        "checking that the miles image is pullable on each pool that runs it",
+        extra={"fields": {"image": raw["images"]["miles"], "pools": sorted(bodies)}},
+    )
+    answers = probe_pods.run(
+        api,
+        raw["release"]["namespace"],
+        selector,
+        bodies,
+        judge,
+        FINAL,
+        float(raw["checks"]["image"]["timeoutSeconds"]),
+        "image check",
+    )
+    outcomes = []
+    for pool_name, (pod, state, detail) in answers.items():
+        outcomes.append(Outcome(pool_name, pod, state or "pulling", detail))
+    return sorted(outcomes, key=lambda o: o.pod)

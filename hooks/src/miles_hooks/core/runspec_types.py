@@ -208,9 +208,17 @@ class ImageCheckSpec(TypedDict):
     pullSecrets: list[str]  # imagePullSecrets names
 
 
+class CapacityCheckSpec(TypedDict):
+    enabled: bool  # hooks.preflight.capacityCheck: the scheduler places a stand-in of each GPU worker first
+    whenFull: Literal["fail", "wait"]  # hooks.preflight.whenFull
+    timeoutSeconds: int  # hooks.preflight.capacityCheckTimeoutSeconds
+    queued: bool  # scheduling.kueueQueue is set: Kueue's admission decides, nothing is placed
+
+
 class ChecksSpec(TypedDict):
     nodes: NodesSpec
     image: ImageCheckSpec
+    capacity: CapacityCheckSpec
     apiDryRun: bool  # preflight dry-runs manifests.yaml, beside the run spec
     waitReadyTimeoutSeconds: int
     gpu: GpuSpec

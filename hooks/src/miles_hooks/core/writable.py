@@ -1,8 +1,9 @@
 """Proof that the shared volume takes this process's writes, before anything long starts.
 
 Shared file systems such as FSx for Lustre apply no ``fsGroup``: a directory an admin created as root stays
-closed to the hooks' UID. Found at the first write, that costs a download or a conversion first; here each
-directory a step will write is created if missing, and a file is written, synced and removed in it.
+closed to the hooks' UID. Found at the first write, that costs a download or a conversion first; here a file
+is written, synced and removed in each directory a step will write (or, for one still to be made, in the
+directory that will hold it).
 """
 
 from __future__ import annotations
@@ -64,10 +65,13 @@ def _refusal(directory: Path, exc: OSError) -> Refusal:
 
 
 def probe(directory: Path) -> Refusal | None:
-    """None when ``directory`` (created if missing) takes a file write; else why not."""
+    """None when ``directory`` takes a file write, or, while it does not exist, the nearest directory above it
+    that would hold it does (its creator owns it then); else why not. Nothing is left behind."""
+    target_dir = _nearest_existing(directory)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}"
+        if not target_dir.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(target_dir))
+        target = target_dir / f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}"
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, b"ok\n")

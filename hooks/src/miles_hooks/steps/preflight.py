@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import dry_run, image_pull, kube, log, pod_security, ray_token
+from miles_hooks.core import capacity, dry_run, image_pull, kube, log, pod_security, ray_token
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.fsutil import human_bytes
 from miles_hooks.core.quantity import parse_count, parse_exact
@@ -196,7 +196,8 @@ def evaluate_workers(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]
             Finding(
                 INFO,
                 "topology.actorNodes",
-                f"{len(usable)} usable worker node(s) for {need} worker(s): "
+                f"{len(usable)} worker node(s) with the GPUs installed for {need} worker(s) (whether they "
+                "are free: the capacity check): "
                 + ", ".join(usable[:10])
                 + (" ..." if len(usable) > 10 else ""),
             )
@@ -730,12 +731,99 @@ def pull_findings(raw: RawSpec, outcomes: list[image_pull.Outcome]) -> list[Find
     return out
 
 
+def waiting_bound(raw: RawSpec) -> str:
+    """What ends a run that waits for capacity, in its mode."""
+    if raw["mode"] == "rayJob":
+        return "rayJob.activeDeadlineSeconds (0: never; set one) ends the RayJob"
+    return (
+        f"wait-ready fails the release after checks.waitReadyTimeoutSeconds "
+        f"({raw['checks']['waitReadyTimeoutSeconds']}s) and the workers stay Pending until uninstall"
+    )
+
+
+def capacity_findings(raw: RawSpec, verdict: capacity.Verdict) -> list[Finding]:
+    """The scheduler's verdict on the stand-ins, as findings naming what to change."""
+    subject = "hooks.preflight.capacityCheck"
+    cap = raw["checks"]["capacity"]
+    if not verdict.demands:
+        return [Finding(INFO, subject, "no Ray pod of the release asks for GPUs: nothing to place")]
+    if not verdict.placed and not verdict.unschedulable and not verdict.undecided:
+        return [Finding(INFO, subject, f"the release's {verdict.held} GPU pod(s) already hold their nodes")]
+    wanted = len(verdict.placed) + len(verdict.unschedulable) + len(verdict.undecided)
+    nodes = sorted(set(verdict.placed.values()))
+    where = ", ".join(d.subject for d in verdict.demands)
+    if verdict.unschedulable:
+        said = sorted(set(verdict.unschedulable.values()))
+        text = (
+            f"{len(verdict.placed)} of {wanted} GPU pod(s) ({where}) fit now"
+            + (f" (on {', '.join(nodes[:10])})" if nodes else "")
+            + f"; the scheduler on the rest: {'; '.join(said[:3])}. The nodes exist but are in use or "
+            "closed to these pods now: free them, lower the node count (topology actor/rollout nodes), "
+        )
+        if cap["whenFull"] == "wait":
+            return [
+                Finding(
+                    WARNING,
+                    "hooks.preflight.whenFull",
+                    text + f"or wait: hooks.preflight.whenFull is 'wait', so the run is installed and its "
+                    f"workers stay Pending until nodes free up; {waiting_bound(raw)}",
+                )
+            ]
+        return [
+            Finding(
+                ERROR,
+                subject,
+                text + "or set hooks.preflight.whenFull=wait to install anyway and let the run wait for "
+                f"capacity ({waiting_bound(raw)})",
+            )
+        ]
+    if verdict.undecided:
+        return [
+            Finding(
+                WARNING,
+                subject,
+                f"the scheduler had placed {len(verdict.placed)} of {wanted} GPU pod stand-in(s) after "
+                f"{cap['timeoutSeconds']}s and judged none unschedulable; taken as fitting "
+                "(hooks.preflight.capacityCheckTimeoutSeconds)",
+            )
+        ]
+    return [
+        Finding(
+            INFO,
+            subject,
+            f"the scheduler placed all {wanted} GPU pod stand-in(s) now, on {', '.join(nodes[:10])}"
+            + (" ..." if len(nodes) > 10 else "")
+            + (f"; {verdict.held} GPU pod(s) of the release already hold theirs" if verdict.held else ""),
+        )
+    ]
+
+
+def _capacity(api: kube.Api, spec: RunSpec) -> list[Finding]:
+    raw = spec.raw
+    if raw["checks"]["capacity"]["queued"]:
+        return [
+            Finding(
+                INFO,
+                "scheduling.kueueQueue",
+                "the run is queued by Kueue: its admission decides when the workers start (capacity is "
+                "not checked here)",
+            )
+        ]
+    batch = _release_pods_and_objects(spec)
+    if isinstance(batch, Finding):
+        return [batch]
+    objects = [c.body for c in batch if c.body.get("kind") != "Pod"]
+    return capacity_findings(raw, capacity.check(api, raw, objects))
+
+
 def run(spec: RunSpec) -> list[Finding]:
     api = kube.connect()
     findings = gather(spec, api)
     if spec.raw["checks"]["image"]["enabled"] and not summarize(findings):
         # last and only on an otherwise clean spec: it starts pods (one per pool), the other checks only read
         findings += pull_findings(spec.raw, image_pull.check(api, spec.raw))
+    if spec.raw["checks"]["capacity"]["enabled"] and not summarize(findings):
+        findings += _capacity(api, spec)
     report(findings)
     errors = summarize(findings)
     LOG.info("preflight finished", extra={"fields": {"errors": len(errors), "api_requests": api.requests}})
