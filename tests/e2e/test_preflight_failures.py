@@ -116,7 +116,7 @@ def test_no_node_for_the_convert_pod(namespace: str, inputs_ready: Callable[...,
 AFFINITY = "gpuPods.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
 # What only the live API server can judge, one case per kind of rule. Each case is its own install: the
 # API server stops at the first admission plugin that refuses an object. (What the values alone show is
-# refused by the chart at render time: charts/miles/tests/validation_test.yaml.)
+# refused by the chart at render time: charts/miles/tests/values/validate_test.yaml.)
 API_SERVER_CASES = {
     "admission plugin: the PriorityClass must exist": (
         [],
