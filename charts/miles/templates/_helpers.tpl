@@ -196,3 +196,13 @@ app.kubernetes.io/part-of: miles
 {{ $k }}: {{ $v | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* miles.notesRayToken: NOTES' lines that give the ray CLI the Ray token (the dashboard refuses it without). */}}
+{{- define "miles.notesRayToken" }}
+{{- if .Values.secrets.rayAuth.enabled }}
+{{- $secret := default (include "miles.componentName" (dict "context" . "component" "ray-auth")) .Values.secrets.rayAuth.existingSecret }}
+  # the dashboard answers only with the Ray token (secrets.rayAuth); for the ray CLI (Ray >= 2.52):
+  kubectl -n {{ .Release.Namespace }} get secret {{ $secret }} -o jsonpath='{.data.{{ include "miles.rayAuthKey" . }}}' | base64 -d > ray-token
+  RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$PWD/ray-token ray job list --address http://127.0.0.1:8265
+{{- end }}
+{{- end }}
