@@ -568,6 +568,30 @@ def test_cli_degenerate_run_fails_naming_why(tmp_path: Path) -> None:
     assert report_only.returncode == 0, report_only.stderr
 
 
+def test_a_copied_run_directory_reads_as_the_run_on_the_volume(tmp_path: Path) -> None:
+    """From a laptop: the run directory copied out of a pod (`kubectl cp`), read with --output-dir, gives
+    the report the volume would; without the volume or the copy, the message says the volume is missing."""
+    raw = healthy_run(tmp_path / "volume")
+    raw["storage"]["mountPath"] = str(tmp_path / "volume")
+    copy = tmp_path / "laptop-copy"
+    shutil.copytree(raw["output"]["dir"], copy)
+    shutil.rmtree(tmp_path / "volume")
+    spec = spec_file(tmp_path, raw)
+
+    unmounted = run_cli("report", "--spec", spec)
+    assert unmounted.returncode == 2, unmounted.stdout + unmounted.stderr
+    assert f"output.dir {raw['output']['dir']} is not on this machine" in unmounted.stderr
+    assert "is not mounted here" in unmounted.stderr and "--output-dir" in unmounted.stderr
+    assert "submit has not run" not in unmounted.stderr
+
+    proc = run_cli("report", "--spec", spec, "--output-dir", str(copy))
+    assert proc.returncode == 0, proc.stderr
+    assert "verdict        : HEALTHY" in proc.stdout and "rollout/raw_reward" in proc.stdout
+
+    missing = run_cli("report", "--spec", spec, "--output-dir", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "--output-dir: expected a directory" in missing.stderr
+
+
 def test_cli_stalled_run_json(tmp_path: Path) -> None:
     raw = stalled_run(tmp_path)
     proc = run_cli("report", "--spec", spec_file(tmp_path, raw), "--json", "--log-format", "json")

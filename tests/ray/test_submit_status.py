@@ -249,6 +249,27 @@ def test_submit_killed_right_after_post_then_rerun_leaves_one_job(
     assert json.loads(Path(raw["output"]["provenanceFile"]).read_text())["submissionId"] == sid
 
 
+def test_status_from_a_laptop_asks_the_address_it_is_given(local_ray: LocalRay, tmp_path: Path) -> None:
+    """The run spec names the in-cluster Service, which a laptop cannot resolve; `--address` points status at
+    a port-forward (here: the local Ray's dashboard) and it finds the job as the test pod would."""
+    raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-laptop", args=["--sleep", "0"])
+    sid = submit.run(specmod.load(write_spec(tmp_path / "submit.json", raw)))["submissionId"]
+    client = JobSubmissionClient(local_ray.dashboard_url)
+    assert wait_state(client, sid, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    raw["rayCluster"]["dashboardUrl"] = "http://rt-laptop-head-svc.ml.svc.cluster.local:8265"
+    path = write_spec(tmp_path / "run.json", raw)
+
+    found = cli("status", "--spec", str(path), "--address", local_ray.dashboard_url, "--json")
+    assert found.returncode == 0, found.stderr
+    body = json.loads(found.stdout)
+    assert body["submissionId"] == sid and body["job"]["state"] == "SUCCEEDED" and body["gcsHealthy"] is True
+
+    bad = cli("status", "--spec", str(path), "--address", "127.0.0.1:8265")
+    assert bad.returncode == 2, bad.stderr
+    assert "--address: expected the Ray dashboard's http(s)://host:port" in bad.stderr
+    assert "found '127.0.0.1:8265'" in bad.stderr
+
+
 def test_status_fails_for_missing_and_failed_jobs(local_ray: LocalRay, tmp_path: Path) -> None:
     raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-status", args=["--sleep", "0"])
     path = write_spec(tmp_path / "run.json", raw)

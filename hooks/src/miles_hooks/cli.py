@@ -187,7 +187,10 @@ def do_cleanup(args: argparse.Namespace) -> Output:
 
 def do_status(args: argparse.Namespace) -> Output:
     kube = {"auto": None, "on": True, "off": False}[args.kube]
-    result = status.collect(_spec(args), log_lines=args.lines, kube=kube)
+    spec = _spec(args)
+    if args.address:
+        spec = spec.reached_at(args.address)
+    result = status.collect(spec, log_lines=args.lines, kube=kube)
     found = status.problems(result)
     result["problems"] = found
     failure = CheckFailed("run status is not healthy:", found) if found else None
@@ -196,7 +199,10 @@ def do_status(args: argparse.Namespace) -> Output:
 
 def do_report(args: argparse.Namespace) -> Output:
     fail_on = report.parse_fail_on(args.fail_on)
-    result = report.collect(_spec(args), timeout=args.timeout, plot_path=args.plot)
+    spec = _spec(args)
+    if args.output_dir:
+        spec = spec.read_from(args.output_dir)
+    result = report.collect(spec, timeout=args.timeout, plot_path=args.plot)
     try:
         report.check(result, fail_on)
     except CheckFailed as exc:
@@ -316,6 +322,13 @@ COMMANDS: tuple[Command, ...] = (
         (
             option("--lines", type=int, default=status.DEFAULT_LOG_LINES, help="job log lines to show"),
             option(
+                "--address",
+                default=None,
+                help="the Ray dashboard to ask instead of the spec's in-cluster one, e.g. "
+                "http://127.0.0.1:8265 through `kubectl port-forward` (the Ray token: $RAY_AUTH_TOKEN or "
+                "$RAY_AUTH_TOKEN_PATH)",
+            ),
+            option(
                 "--kube",
                 choices=("auto", "on", "off"),
                 default="auto",
@@ -335,6 +348,12 @@ COMMANDS: tuple[Command, ...] = (
                 f"'none' only reports (default {report.DEFAULT_FAIL_ON})",
             ),
             option("--plot", default=None, help="also write a PNG of reward and repetition to this path"),
+            option(
+                "--output-dir",
+                default=None,
+                help="read the run from this directory instead of the spec's output.dir: a copy of the run "
+                "directory (`kubectl cp`), or the volume mounted elsewhere",
+            ),
             timeout_option(
                 report.DEFAULT_TIMEOUT, "to read the event files and checkpoint tree (exit 3 after)"
             ),

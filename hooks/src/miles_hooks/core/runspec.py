@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from miles_hooks import SCHEMA_VERSION
 from miles_hooks.core import log
-from miles_hooks.core.errors import SpecError
+from miles_hooks.core.errors import BadInput, SpecError
 from miles_hooks.core.runspec_types import RawSpec
 
 DEFAULT_SPEC_PATH = "/etc/miles/run.json"
@@ -57,6 +57,36 @@ class RunSpec:
 
     def run_id(self) -> str:
         return run_id(self.raw)
+
+    def reached_at(self, dashboard: str) -> RunSpec:
+        """This spec with the Ray dashboard at ``dashboard`` (a port-forward from a laptop) instead of the
+        in-cluster Service address it names."""
+        if not re.fullmatch(r"https?://[^\s/]+(:[0-9]+)?/?", dashboard):
+            raise BadInput(
+                f"--address: expected the Ray dashboard's http(s)://host:port (e.g. http://127.0.0.1:8265 "
+                f"through `kubectl port-forward`), found {dashboard!r}"
+            )
+        raw = cast(RawSpec, json.loads(json.dumps(self.raw)))
+        raw["rayCluster"]["dashboardUrl"] = dashboard.rstrip("/")
+        return RunSpec(raw, self.path)
+
+    def read_from(self, local_output_dir: str) -> RunSpec:
+        """This spec with its output paths (``output.dir`` and what lies under it) read from
+        ``local_output_dir``: a copy of the run directory, or the volume mounted elsewhere."""
+        local = Path(local_output_dir)
+        if not local.is_dir():
+            raise BadInput(
+                f"--output-dir: expected a directory (a copy of output.dir), found {local_output_dir!r}"
+            )
+        raw = cast(RawSpec, json.loads(json.dumps(self.raw)))
+        out = raw["output"]
+        base = Path(out["dir"])
+        for key in ("checkpointDir", "tensorboardDir", "provenanceFile"):
+            path = Path(str(out[key]))
+            if path.is_relative_to(base):
+                out[key] = str(local / path.relative_to(base))
+        out["dir"] = str(local)
+        return RunSpec(raw, self.path)
 
     def submission_id(self) -> str:
         return submission_id(self.raw)

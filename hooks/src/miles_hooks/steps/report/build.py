@@ -6,6 +6,7 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from miles_hooks.core import log
@@ -75,6 +76,14 @@ def collect(
     th = Thresholds.from_spec(raw)
     warnings: list[str] = []
 
+    mount = raw["storage"]["mountPath"]
+    if not Path(out_cfg["dir"]).exists() and not Path(mount).is_dir():
+        raise BadInput(
+            f"output.dir {out_cfg['dir']} is not on this machine: the shared volume (storage.mountPath "
+            f"{mount}) is not mounted here. Run `helm test {raw['release']['name']} -n "
+            f"{raw['release']['namespace']} --logs` (its pod mounts the volume), or copy the run directory "
+            "out of a pod that mounts it (`kubectl cp`) and pass it as --output-dir"
+        )
     prov = provenance.read(out_cfg["provenanceFile"], spec)
     warnings.extend(prov.pop("warnings"))
     ckpt = checkpoints.scan(out_cfg["checkpointDir"], deadline)
