@@ -385,8 +385,8 @@ OVERRIDES = {
     "hooks.test.annotations": {"$ref": "#/definitions/hookAnnotations"},
     "hooks.test.reportFailOn": {
         "type": "string",
-        "pattern": "^(none|(degenerate|stalled|not-started|space)"
-        "(,(degenerate|stalled|not-started|space))*)$",
+        "pattern": "^(none|(degenerate|stalled|not-started|unknown|space)"
+        "(,(degenerate|stalled|not-started|unknown|space))*)$",
     },
     "hooks.test.reportTimeoutSeconds": {"type": "integer", "minimum": 10, "maximum": 3600},
     "reward.backend": {"enum": ["math_verify", "reward_model"]},

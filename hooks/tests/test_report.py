@@ -26,9 +26,9 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from hooks_testlib import run_cli, spec_in, write
 from miles_hooks.core import fsutil
 from miles_hooks.core import runspec as specmod
-from miles_hooks.core.errors import BadInput, HookTimeout
+from miles_hooks.core.errors import BadInput, CheckFailed, HookTimeout
 from miles_hooks.steps import submit
-from miles_hooks.steps.report import checkpoints, collect, events, parse_fail_on, space, verdict
+from miles_hooks.steps.report import check, checkpoints, collect, events, parse_fail_on, space, verdict
 from miles_hooks.steps.report.deadline import Deadline
 from miles_hooks.steps.report.events import GRAD_NORM, REPETITION, REWARD, STEP_TIME, TRUNCATED, Point
 
@@ -457,11 +457,41 @@ def test_num_rollout_from_train_args() -> None:
     assert verdict.num_rollout(["--num-rollout", "many"]) is None
 
 
+@pytest.mark.parametrize(
+    ("tracking", "events_written", "why"),
+    [
+        (False, False, "TensorBoard tracking is off; set recipe.tracking.tensorboard=true"),
+        (True, False, "no TensorBoard event files under output.tensorboardDir"),
+        (True, True, "hold no rollout/raw_reward"),
+    ],
+)
+def test_a_run_with_nothing_to_judge_it_by_is_unknown_not_healthy(
+    tmp_path: Path, tracking: bool, events_written: bool, why: str
+) -> None:
+    raw = make_spec(tmp_path)
+    args = [a for a in raw["train"]["args"] if a != "--use-tensorboard"]
+    raw["train"]["args"] = [*args, "--use-tensorboard"] if tracking else args
+    make_checkpoints(Path(raw["output"]["checkpointDir"]), {4: [1000]}, "4", NOW - MIN)
+    write_provenance(raw, NOW - HOUR)
+    if events_written:
+        write_scalars(
+            Path(raw["output"]["tensorboardDir"]) / "miles",
+            [(STEP_TIME, i, 1.0, NOW - MIN) for i in range(3)],
+        )
+    result = collect(load(raw), now=NOW)
+    assert result["verdict"] == "unknown", result["findings"]
+    (finding,) = [f for f in result["findings"] if f["kind"] == "unknown"]
+    assert why in finding["reason"] and "the verdict is unknown, not healthy" in finding["reason"]
+    with pytest.raises(CheckFailed, match="nothing to judge"):
+        check(result, parse_fail_on("unknown"))
+    check(result, parse_fail_on("degenerate,stalled"))
+
+
 def test_fail_on_parsing() -> None:
     assert parse_fail_on("degenerate, stalled") == {"degenerate", "stalled"}
     assert parse_fail_on("none") == frozenset() and parse_fail_on("") == frozenset()
     with pytest.raises(
-        BadInput, match=r"--fail-on: expected .*degenerate, stalled, not-started, space.*found 'x'"
+        BadInput, match=r"--fail-on: expected .*degenerate, stalled, not-started, unknown, space.*found 'x'"
     ):
         parse_fail_on("stalled,x")
 

@@ -13,6 +13,7 @@ from miles_hooks.core import log
 from miles_hooks.core.errors import BadInput, CheckFailed
 from miles_hooks.core.fsutil import human_bytes
 from miles_hooks.core.runspec import RunSpec
+from miles_hooks.core.runspec_types import RawSpec
 from miles_hooks.steps.report import checkpoints, events, provenance, space
 from miles_hooks.steps.report.deadline import Deadline
 from miles_hooks.steps.report.output import iso, json_number, plot
@@ -21,6 +22,7 @@ from miles_hooks.steps.report.verdict import (
     FINDING_KINDS,
     SPACE,
     STALLED,
+    UNKNOWN,
     Activity,
     Finding,
     Thresholds,
@@ -62,6 +64,18 @@ def metric_summary(points: Sequence[events.Point], window: int) -> dict[str, Any
         "recentMean": statistics.fmean(recent) if recent else None,
         "nonFinite": len(points) - len(finite),
     }
+
+
+def unjudged(raw: RawSpec, tb: events.EventScan) -> str:
+    """Why a run that writes has no reward to be judged by, and what turns it on."""
+    where = f"output.tensorboardDir {raw['output']['tensorboardDir']}"
+    if "--use-tensorboard" not in [str(a) for a in raw["train"]["args"]]:
+        why = "TensorBoard tracking is off; set recipe.tracking.tensorboard=true"
+    elif not tb.files:
+        why = f"no TensorBoard event files under {where}"
+    else:
+        why = f"the event files under {where} hold no {events.REWARD}"
+    return f"nothing to judge the run's health by: {why}; the verdict is unknown, not healthy"
 
 
 def collect(
@@ -153,6 +167,8 @@ def collect(
     if isinstance(submitted, float):
         activity.append(Activity(submitted, f"job {prov.get('submissionId')} submitted at {iso(submitted)}"))
     started = tb.scalars > 0 or bool(ckpt.checkpoints)
+    if started and not tb.points(events.REWARD):
+        extra.append(Finding(UNKNOWN, unjudged(raw, tb)))
     total_rollouts = num_rollout([str(a) for a in raw["train"]["args"]])
     verdict = assess(
         tb.series,

@@ -7,6 +7,8 @@ degenerate   raw reward exactly 0 for the last ``flatRewardRollouts`` rollouts, 
 stalled      no new metric and no new save for more than ``stallMinutes`` (a finished run never stalls)
 not-started  nothing written yet: no metric and no checkpoint (and not submitted longer ago than the
              stall window, which is reported as stalled)
+unknown      the run writes (checkpoints) but no reward metric to judge it by: tracking off, no event
+             files, or none with the reward; never called healthy without evidence
 
 Thresholds are ``checks.health`` in the run spec. A run can be degenerate and stalled at once: the
 verdict is the first of degenerate, stalled, not-started, healthy that has a finding, and every finding
@@ -27,9 +29,10 @@ DEGENERATE = "degenerate"
 STALLED = "stalled"
 NOT_STARTED = "not-started"
 HEALTHY = "healthy"
+UNKNOWN = "unknown"
 SPACE = "space"
-VERDICTS = (HEALTHY, DEGENERATE, STALLED, NOT_STARTED)
-FINDING_KINDS = (DEGENERATE, STALLED, NOT_STARTED, SPACE)
+VERDICTS = (HEALTHY, DEGENERATE, STALLED, NOT_STARTED, UNKNOWN)
+FINDING_KINDS = (DEGENERATE, STALLED, NOT_STARTED, UNKNOWN, SPACE)
 
 ZERO = 1e-9
 # The repetition rule averages over the last min(flatRewardRollouts, available) rollouts, and waits for
@@ -236,7 +239,7 @@ def assess(
         out.findings.append(Finding(NOT_STARTED, f"no metric and no checkpoint written yet{what}"))
     out.findings.extend(extra)
     kinds = {f.kind for f in out.findings}
-    for verdict in (DEGENERATE, STALLED, NOT_STARTED):
+    for verdict in (DEGENERATE, STALLED, NOT_STARTED, UNKNOWN):
         if verdict in kinds:
             out.verdict = verdict
             break
