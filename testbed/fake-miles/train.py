@@ -14,10 +14,15 @@ the iteration's directory is complete. As upstream numbers them, a save after ro
 holds a tracker resumes at rollout N + 1 (N = the tracker's iteration); otherwise it starts at rollout 0
 (from ``--ref-load``).
 
-Testbed-only fault injection: when ``<save>/../testbed-fail-once`` (the run's output dir) exists after a
-save, the stand-in removes that marker and exits 1, so the job's first attempt fails after a checkpoint and
-the next one runs through; the e2e tests use it to show that a retried job resumes. Upstream has no such
-hook.
+With ``--use-tensorboard`` it logs what miles logs per rollout into ``$TENSORBOARD_DIR`` (the chart sets
+it): ``rollout/raw_reward`` (rising from 0.2) and ``rollout/repetition_frac`` (0.02), written by TensorBoard's
+own event writer in the contract venv, so ``miles-hooks report`` reads a real event file.
+
+Testbed-only fault injection: when ``<output dir>/testbed-flat-reward`` exists, every reward is 0.0 (a
+degenerate run, which ``report`` must fail). When ``<save>/../testbed-fail-once`` (the run's output dir)
+exists after a save, the stand-in removes that marker and exits 1, so the job's first attempt fails after a
+checkpoint and the next one runs through; the e2e tests use it to show that a retried job resumes. Upstream
+has no such hooks.
 """
 
 import json
@@ -33,6 +38,22 @@ HOPPER = {"major": 9, "minor": 0}
 
 TRACKER = "latest_checkpointed_iteration.txt"
 FAIL_ONCE = "testbed-fail-once"
+FLAT_REWARD = "testbed-flat-reward"
+REWARD = "rollout/raw_reward"
+REPETITION = "rollout/repetition_frac"
+# Fed one JSON [tag, step, value] per line; TensorBoard's writer, as miles' SummaryWriter uses it.
+EVENT_WRITER = """
+import json, sys, time
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+writer = EventFileWriter(sys.argv[1])
+for line in sys.stdin:
+    tag, step, value = json.loads(line)
+    summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
+    writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+    writer.flush()
+writer.close()
+"""
 
 
 def parse_with_upstream(argv: list[str]) -> dict:
@@ -139,6 +160,30 @@ def take_fail_once(save: str) -> Path | None:
     return marker
 
 
+class Scalars:
+    """miles' per-rollout TensorBoard scalars, through a writer process of the contract venv's python."""
+
+    def __init__(self, logdir: str) -> None:
+        python = os.environ.get("MILES_CONTRACT_PYTHON", "")
+        Path(logdir).mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([python, "-c", EVENT_WRITER, logdir], stdin=subprocess.PIPE, text=True)
+
+    def add(self, tag: str, step: int, value: float) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps([tag, step, value]) + "\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        if self.proc.wait(timeout=60) != 0:
+            raise SystemExit(f"testbed train.py: the TensorBoard writer exited {self.proc.returncode}")
+
+
+def simulated_reward(rollout_id: int, num_rollout: int, flat: bool) -> float:
+    return 0.0 if flat else round(0.2 + 0.5 * rollout_id / max(1, num_rollout - 1), 4)
+
+
 def main() -> int:
     argv = sys.argv[1:]
     result = parse_with_upstream(argv)
@@ -173,12 +218,46 @@ def main() -> int:
 
     budget = float(os.environ.get("TESTBED_TRAIN_SECONDS", "600"))
     step = float(os.environ.get("TESTBED_ROLLOUT_SECONDS", "2"))
+    flat = bool(save) and (Path(save).parent / FLAT_REWARD).exists()
+    tensorboard = os.environ.get("TENSORBOARD_DIR") if "--use-tensorboard" in argv else None
+    scalars = Scalars(tensorboard) if tensorboard else None
+    try:
+        return rollouts(
+            first=first,
+            num_rollout=num_rollout,
+            save=save,
+            save_interval=save_interval,
+            budget=budget,
+            step=step,
+            flat=flat,
+            scalars=scalars,
+        )
+    finally:
+        if scalars is not None:
+            scalars.close()
+
+
+def rollouts(
+    *,
+    first: int,
+    num_rollout: int,
+    save: str | None,
+    save_interval: int | None,
+    budget: float,
+    step: float,
+    flat: bool,
+    scalars: Scalars | None,
+) -> int:
     start = time.monotonic()
     for i in range(first, num_rollout):
         if time.monotonic() - start >= budget:
             break
-        print(f"rollout {i}: raw_reward=0.0 (simulated)", flush=True)
+        reward = simulated_reward(i, num_rollout, flat)
+        print(f"rollout {i}: raw_reward={reward} (simulated)", flush=True)
         time.sleep(step)  # the simulated rollout itself
+        if scalars is not None:
+            scalars.add(REWARD, i, reward)
+            scalars.add(REPETITION, i, 0.02)
         if not (save and saves_after(i, save_interval, num_rollout)):
             continue
         save_checkpoint(save, i)

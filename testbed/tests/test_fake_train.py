@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 TRAIN_PY = Path(__file__).resolve().parents[1] / "fake-miles" / "train.py"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def load_train() -> ModuleType:
@@ -105,11 +106,13 @@ def run_main(
     out: Path,
     ref: Path,
     rollout_seconds: str = "0",
+    *,
+    extra_argv: tuple[str, ...] = (),
 ) -> tuple[int, str, str]:
     """main() with the arguments the chart passes, as miles' parser resolves them; num_rollout 5,
     save_interval 2."""
     ckpt = str(out / "checkpoints")
-    argv = ["--ref-load", str(ref), "--load", ckpt, "--save", ckpt, "--save-interval", "2"]
+    argv = ["--ref-load", str(ref), "--load", ckpt, "--save", ckpt, "--save-interval", "2", *extra_argv]
     # What miles' parser resolves on a fresh run: --load replaced by --ref-load (miles_validate_args).
     fresh = not (out / "checkpoints" / "latest_checkpointed_iteration.txt").exists()
     args: dict[str, Any] = {
@@ -191,3 +194,34 @@ def test_a_run_stopped_by_its_time_budget_saves_nothing_past_its_last_rollout(
     assert "rollout 2:" in stdout and "rollout 3:" not in stdout
     assert sorted(p.name for p in (out / "checkpoints").glob("iter_*")) == ["iter_0000001"]
     assert train.latest_iteration(str(out / "checkpoints")) == 1
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["learning", "flat reward marker"])
+def test_tensorboard_events_the_report_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flat: bool
+) -> None:
+    """With --use-tensorboard the stand-in writes miles' reward and repetition per rollout through
+    TensorBoard's own writer (the contract venv's), and the hooks' report reads them back."""
+    from miles_hooks.steps.report import events
+
+    contract_python = REPO / ".tools" / "miles-contract" / "bin" / "python"
+    assert contract_python.exists(), "the contract venv is missing: run `make tools`"
+    out, ref = tmp_path / "out", tmp_path / "ref"
+    ref.mkdir()
+    out.mkdir()
+    if flat:
+        (out / "testbed-flat-reward").write_text("")
+    monkeypatch.setenv("MILES_CONTRACT_PYTHON", str(contract_python))
+    monkeypatch.setenv("TENSORBOARD_DIR", str(out / "tensorboard"))
+    rc, stdout, stderr = run_main(monkeypatch, capsys, out, ref, extra_argv=("--use-tensorboard",))
+    assert rc == 0, stderr
+    scan = events.scan(out / "tensorboard")
+    rewards = [p.value for p in scan.points(events.REWARD)]
+    assert [p.step for p in scan.points(events.REWARD)] == [0, 1, 2, 3, 4]
+    if flat:
+        assert rewards == [0.0] * 5 and "rollout 4: raw_reward=0.0" in stdout
+    else:
+        assert (
+            rewards == pytest.approx([0.2, 0.325, 0.45, 0.575, 0.7]) and "rollout 4: raw_reward=0.7" in stdout
+        )
+    assert [p.value for p in scan.points(events.REPETITION)] == pytest.approx([0.02] * 5)
