@@ -214,8 +214,11 @@ def test_colocated_lifecycle(
     assert {p["metadata"]["uid"] for p in cluster_pods(ns, cluster)} == pods_before
 
     # upgrade with a changed recipe: the RayCluster and its pods stay, so the head does: submit stops the old
-    # job on it and submits one new
+    # job on it and submits one new. That job's reward is flat at 0.0 (the stand-in's testbed-flat-reward
+    # marker): once it has logged checks.health.flatRewardRollouts of them, `helm test` fails on the report
     recipe = [*operator, "--set", "recipe.numRollout=150"]
+    flat_marker = tb.host_path(spec["output"]["dir"]) / "testbed-flat-reward"
+    flat_marker.write_text("")
     tb.deploy(helm_version, "upgrade", rel, ns, COLOCATED, *recipe)
     assert [r["metadata"]["name"] for r in rayclusters(ns)] == [cluster]
     assert {p["metadata"]["uid"] for p in cluster_pods(ns, cluster)} == pods_before
@@ -223,6 +226,8 @@ def test_colocated_lifecycle(
     assert job_recipe["submission_id"] != job["submission_id"]
     old = {j["submission_id"]: j["status"] for j in tb.release_jobs(rel, ns)}
     assert old[job["submission_id"]] == "STOPPED", old
+    check_degenerate_run_fails_helm_test(helm_version, rel, ns, spec)
+    flat_marker.unlink()
 
     # rollback to the unchanged upgrade (revision 2): the post-rollback hooks make the job match the restored
     # run spec: the first job (STOPPED by the recipe's upgrade) runs again under its id on the same head, and
@@ -294,6 +299,24 @@ def test_colocated_lifecycle(
 
     # uninstall removes everything the release created, hook leftovers included
     tb.uninstall_cleanly(helm_version, rel, ns, leftovers)
+
+
+def check_degenerate_run_fails_helm_test(helm_version: str, rel: str, ns: str, spec: dict[str, Any]) -> None:
+    from miles_hooks.steps.report import events
+
+    flat_n = int(spec["checks"]["health"]["flatRewardRollouts"])
+    board = tb.host_path(spec["output"]["tensorboardDir"])
+
+    def trailing_zeros() -> bool:
+        rewards = [p.value for p in events.scan(board).points(events.REWARD)]
+        return len(rewards) >= flat_n and all(r == 0.0 for r in rewards[-flat_n:])
+
+    tb.wait_until(f"{flat_n} zero-reward rollouts in {board}", trailing_zeros, timeout=180, interval=2)
+    res = tb.helm(helm_version, "test", rel, "-n", ns, "--timeout", "5m", check=False)
+    said = res.out + res.err + tb.kubectl("logs", "-n", ns, f"pod/{rel}-test-report", check=False).out
+    assert res.rc != 0, said[-3000:]
+    assert "verdict        : DEGENERATE" in said, said[-3000:]
+    assert f"rollout/raw_reward is 0.0 for the last {flat_n} rollouts" in said, said[-3000:]
 
 
 def spec_fullname(ns: str, release: str) -> str:
