@@ -326,7 +326,8 @@ def test_bad_values_fail_once_with_every_problem(helm):
     )
     assert res.returncode != 0
     # Helm prefixes the template that failed: the chart's value check, not whichever template came first
-    assert res.stderr.startswith("Error: execution error at (miles/templates/values/validate.yaml:"), res.stderr
+    prefix = "Error: execution error at (miles/templates/values/validate.yaml:"
+    assert res.stderr.startswith(prefix), res.stderr
     assert "miles: 3 invalid value(s):" in res.stderr
     for field in (
         "topology.rolloutGpus: expected",
