@@ -14,6 +14,7 @@ from typing import Any
 
 import harness as tb
 import pytest
+from test_lifecycle import leftovers
 
 pytestmark = pytest.mark.cluster
 
@@ -123,7 +124,14 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
     # mode rayJob's hooks: preflight alone calls the API (no wait-ready, no status pod; the submitter has no
     # token), and it was refused nothing
     assert tb.check_hooks_api_use(namespace, {"miles-preflight"}) == {"miles-preflight"}
+    # uninstall: the pre-delete cleanup answers for the hooks' own pods, not for the submitter's, which
+    # KubeRay's Job owns and the RayJob's deletion takes (waiting for them timed the uninstall out)
+    t0 = time.monotonic()
+    tb.uninstall_cleanly(helm, release, namespace, leftovers)
+    uninstalled = time.monotonic() - t0
+    assert uninstalled < 90, f"helm uninstall took {uninstalled:.0f}s"
     print(
         f"\nrayJob ({helm}): install {installed:.1f}s, install start -> job running {to_running:.1f}s, "
-        f"job end -> GPU pods gone {freed:.1f}s, attempts failed {status.get('failed') or 0}"
+        f"job end -> GPU pods gone {freed:.1f}s, attempts failed {status.get('failed') or 0}, "
+        f"uninstall {uninstalled:.1f}s"
     )

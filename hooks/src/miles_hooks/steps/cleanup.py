@@ -4,9 +4,9 @@ Helm deletes a hook Job only when its phase succeeds (``hook-succeeded``): a fai
 leaves its hook Jobs behind, and a convert Job still running after Helm's ``--timeout`` keeps asking for a
 GPU for up to its deadline. Uninstall does not touch hook objects. This step deletes every Job and pod
 of the release that a hook created (``app.kubernetes.io/component: hook-*``), itself excepted, and waits
-on a watch until their pods are gone, so the GPU is free when ``helm uninstall`` returns. It deletes the
-release's RayClusters too: Helm deletes what the last revision's manifest lists, and a failed upgrade that
-renamed the cluster lists a name that never existed.
+on a watch until their pods are gone (not those another controller owns: see ``is_ours``), so the GPU is
+free when ``helm uninstall`` returns. It deletes the release's RayClusters too: Helm deletes what the last
+revision's manifest lists, and a failed upgrade that renamed the cluster lists a name that never existed.
 """
 
 from __future__ import annotations
@@ -58,16 +58,26 @@ def run(spec: RunSpec, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
             functools.partial(batch.delete_namespaced_job, name, ns, propagation_policy="Background"),
         )
     clusters = _delete_rayclusters(api, ns, selector)
+    deleted_jobs = {str(j["metadata"]["name"]) for j in left_jobs}
     pods, _ = _list_pods(api, core, ns, selector)
-    for name, pod in sorted(pods.items()):
-        if not pod["metadata"].get("ownerReferences"):
+    ours = {name for name, pod in pods.items() if is_ours(pod, deleted_jobs)}
+    for name in sorted(ours):
+        if not pods[name]["metadata"].get("ownerReferences"):
             LOG.info("deleting a hook pod the release left behind", extra={"fields": {"pod": name}})
             kube.optional(f"deleting pod {name}", functools.partial(core.delete_namespaced_pod, name, ns))
-    wait_gone(api, core, ns, selector, time.monotonic() + timeout)
+    wait_gone(api, core, ns, selector, ours, time.monotonic() + timeout)
     deleted = sorted(str(j["metadata"]["name"]) for j in left_jobs)
     result = {"jobsDeleted": deleted, "rayClustersDeleted": clusters, "apiRequests": api.requests}
     LOG.info("no hook Job or pod of the release is left", extra={"fields": result})
     return result
+
+
+def is_ours(pod: dict[str, Any], deleted_jobs: set[str]) -> bool:
+    """A hook pod this step answers for: one with no owner (a helm test pod), or one of a Job it deleted.
+    A pod another controller owns (the RayJob's submitter, whose Job KubeRay owns) goes with its owner,
+    which Helm deletes only after the pre-delete hooks: waiting for it here would wait out the timeout."""
+    owners = pod["metadata"].get("ownerReferences") or []
+    return not owners or any(o.get("kind") == "Job" and o.get("name") in deleted_jobs for o in owners)
 
 
 def _delete_rayclusters(api: kube.Api, ns: str, selector: str) -> list[str]:
@@ -116,13 +126,15 @@ def _list_pods(api: kube.Api, core: Any, ns: str, selector: str) -> tuple[dict[s
     return found, str(listed.metadata.resource_version)
 
 
-def wait_gone(api: kube.Api, core: Any, ns: str, selector: str, deadline: float) -> None:
-    """Block on a watch of the release's pods until no hook pod is left (HookTimeout at ``deadline``)."""
+def wait_gone(api: kube.Api, core: Any, ns: str, selector: str, names: set[str], deadline: float) -> None:
+    """Block on a watch of the release's pods until none of the pods ``names`` is left (HookTimeout at
+    ``deadline``)."""
     # kubernetes is imported on use (see run)
     from kubernetes import watch  # noqa: PLC0415
 
     while True:
-        pods, version = _list_pods(api, core, ns, selector)
+        listed, version = _list_pods(api, core, ns, selector)
+        pods = {name: pod for name, pod in listed.items() if name in names}
         if not pods:
             return
         remaining = int(deadline - time.monotonic())
