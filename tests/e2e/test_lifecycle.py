@@ -20,7 +20,7 @@ DISAGGREGATED = [tb.OVERLAY, tb.VALUES / "values-disaggregated.yaml"]
 HOOK_ORDER = ["preflight", "prepare-data", "convert", "wait-ready", "verify", "submit"]
 NAMESPACED_KINDS = (
     "pods,jobs,configmaps,secrets,services,serviceaccounts,roles,rolebindings,networkpolicies,"
-    "deployments,poddisruptionbudgets,persistentvolumeclaims,rayclusters.ray.io"
+    "deployments,poddisruptionbudgets,persistentvolumeclaims,rayclusters.ray.io,rayjobs.ray.io"
 )
 
 
