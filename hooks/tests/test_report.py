@@ -461,7 +461,7 @@ def test_num_rollout_from_train_args() -> None:
     ("tracking", "events_written", "why"),
     [
         (False, False, "TensorBoard tracking is off; set recipe.tracking.tensorboard=true"),
-        (True, False, "no TensorBoard event files under output.tensorboardDir"),
+        (True, False, "no TensorBoard event files under the run spec's output.tensorboardDir"),
         (True, True, "hold no rollout/raw_reward"),
     ],
 )

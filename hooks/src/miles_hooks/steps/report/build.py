@@ -68,7 +68,7 @@ def metric_summary(points: Sequence[events.Point], window: int) -> dict[str, Any
 
 def unjudged(raw: RawSpec, tb: events.EventScan) -> str:
     """Why a run that writes has no reward to be judged by, and what turns it on."""
-    where = f"output.tensorboardDir {raw['output']['tensorboardDir']}"
+    where = f"the run spec's output.tensorboardDir {raw['output']['tensorboardDir']}"
     if "--use-tensorboard" not in [str(a) for a in raw["train"]["args"]]:
         why = "TensorBoard tracking is off; set recipe.tracking.tensorboard=true"
     elif not tb.files:
