@@ -91,7 +91,8 @@ def collect(
     warnings: list[str] = []
 
     mount = raw["storage"]["mountPath"]
-    if not Path(out_cfg["dir"]).exists() and not Path(mount).is_dir():
+    output_dir = Path(out_cfg["dir"])
+    if output_dir.is_relative_to(mount) and not output_dir.exists() and not Path(mount).is_dir():
         raise BadInput(
             f"output.dir {out_cfg['dir']} is not on this machine: the shared volume (storage.mountPath "
             f"{mount}) is not mounted here. Run `helm test {raw['release']['name']} -n "
