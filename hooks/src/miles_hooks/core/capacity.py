@@ -180,11 +180,10 @@ def check(api: kube.Api, raw: RawSpec, objects: list[dict[str, Any]]) -> Verdict
         "asking the scheduler to place a stand-in of each GPU pod the run adds",
         extra={"fields": {"standins": len(bodies), "already_placed": already}},
     )
-    selector = f"app.kubernetes.io/instance={raw['release']['name']},app.kubernetes.io/component={COMPONENT}"
     answers = probe_pods.run(
         api,
-        raw["release"]["namespace"],
-        selector,
+        raw,
+        COMPONENT,
         bodies,
         judge,
         FINAL,

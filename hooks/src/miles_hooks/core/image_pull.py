@@ -125,7 +125,6 @@ def judge(pod: dict[str, Any]) -> tuple[str, str]:
 
 def check(api: kube.Api, raw: RawSpec) -> list[Outcome]:
     """Runs the probes, one per pool, and waits until each pulled or failed, or the deadline."""
-    selector = f"app.kubernetes.io/instance={raw['release']['name']},app.kubernetes.io/component={COMPONENT}"
     bodies = {name: probe_pod(raw, name, pool) for name, pool in pools(raw).items()}
     LOG.info(
         "checking that the miles image is pullable on each pool that runs it",
@@ -133,8 +132,8 @@ def check(api: kube.Api, raw: RawSpec) -> list[Outcome]:
     )
     answers = probe_pods.run(
         api,
-        raw["release"]["namespace"],
-        selector,
+        raw,
+        COMPONENT,
         bodies,
         judge,
         FINAL,

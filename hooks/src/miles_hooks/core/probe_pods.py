@@ -9,26 +9,30 @@ from collections.abc import Callable
 from typing import Any
 
 from miles_hooks.core import kube
+from miles_hooks.core.runspec_types import RawSpec
 
 Judge = Callable[[dict[str, Any]], tuple[str, str]]
 
 
 def run(
     api: kube.Api,
-    namespace: str,
-    selector: str,
+    raw: RawSpec,
+    component: str,
     pods: dict[str, dict[str, Any]],
     judge: Judge,
     final: tuple[str, ...],
     timeout: float,
     what: str,
 ) -> dict[str, tuple[str, str, str]]:
-    """Creates ``pods`` (by a label the caller names: any left by an interrupted earlier run go first) and
+    """Creates ``pods`` (labelled with the release and ``component``: any left by an interrupted earlier run
+    go first) and
     watches them until ``judge`` gives each a state in ``final`` or ``timeout`` passes. Returns, for each
     caller's key, (pod name, state, detail); a pod with no status yet is ("", "no status yet")."""
     # kubernetes is imported on use: the CLI that imports this also runs convert in the miles image
     from kubernetes import watch  # noqa: PLC0415
 
+    namespace = raw["release"]["namespace"]
+    selector = f"app.kubernetes.io/instance={raw['release']['name']},app.kubernetes.io/component={component}"
     core = api.core()
     names: dict[str, str] = {}  # pod name -> caller's key
     last: dict[str, tuple[str, str]] = {}
