@@ -13,6 +13,9 @@ export PATH := $(TOOLS)/bin:$(VENV)/bin:$(PATH)
 export PYTHONUNBUFFERED := 1
 
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make pytest`: each e2e worker runs a testbed of its own (tests/e2e/conftest.py),
+# so more workers than cores only add testbeds competing for them.
+PYTEST_WORKERS ?= 2
 
 .PHONY: help tools generate verify-generated lint lint-chart lint-python lint-docker unittest pytest test test-timing demo scenarios cluster-up cluster-down bench package clean-tools lock
 
@@ -52,7 +55,7 @@ unittest: tools ## helm-unittest suites under Helm 3 and Helm 4
 	ci/helm-unittest.sh helm4 $(CHART)
 
 pytest: tools ## every pytest tier (hooks, chart rendering/validation, Ray, reward service, e2e)
-	pytest $(PYTEST_ARGS)
+	pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test: tools lint unittest pytest ## all tests; fails if any tier fails or runs no tests
 

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -117,31 +118,32 @@ def document(spec: dict[str, Any], argv: list[str] | None = None) -> dict[str, A
     }
 
 
+def _in_contract_venv(argv: list[str], payload: Any) -> subprocess.CompletedProcess[str]:
+    """``argv`` with ``payload`` as JSON on stdin, its temp files in a dir of its own: the e2e tier, which may
+    run beside this one, fails on a parser's scratch dir left in the host's /tmp."""
+    with tempfile.TemporaryDirectory(prefix="contract-run-") as scratch:
+        return subprocess.run(
+            argv,
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env={**os.environ, "TMPDIR": scratch},
+        )
+
+
 def contract_run(args: list[str], payload: Any) -> str:
     """``args`` run by the contract venv's interpreter with ``payload`` as JSON on stdin; its stdout's last
     line (the drivers print one JSON result there, after whatever upstream printed)."""
-    done = subprocess.run(
-        [contract_python(), *args],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = _in_contract_venv([contract_python(), *args], payload)
     assert done.returncode == 0, f"{args[0]} exited {done.returncode}:\n{done.stderr[-3000:]}"
     return done.stdout.strip().splitlines()[-1]
 
 
 def parse(doc: dict[str, Any]) -> dict[str, Any]:
     """Runs the real parser (ci/miles-contract/parse_argv.py in the contract venv) on ``doc``."""
-    done = subprocess.run(
-        [contract_python(), str(DRIVER)],
-        input=json.dumps(doc),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = _in_contract_venv([contract_python(), str(DRIVER)], doc)
     if done.returncode not in (0, 1):
         raise AssertionError(f"parse_argv.py exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout)

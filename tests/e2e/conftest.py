@@ -4,10 +4,10 @@ Ray worker pods (each joined to its head by a real Ray worker node), hook pods r
 runner.
 
 The tests run on a private testbed of their own (CLUSTER_DIR=.tools/cluster-e2e, every port shifted by
-TESTBED_PORT_OFFSET=1000, FSX_DIR=/tmp/miles-testbed-fsx-e2e), so a `make cluster-up` testbed that people are
-using stays untouched and cannot disturb the tests. The session brings it up when it is not already up and
-takes it down at the end (TESTBED_KEEP=1 keeps it). Each test gets its own namespace with the shared-storage
-claim and the `hf-token` Secret, and removes everything at the end.
+TESTBED_PORT_OFFSET=1000, FSX_DIR=/tmp/miles-testbed-fsx-e2e; under pytest-xdist one per worker, below), so
+a `make cluster-up` testbed that people are using stays untouched and cannot disturb the tests. The session
+brings it up when it is not already up and takes it down at the end (TESTBED_KEEP=1 keeps it). Each test gets
+its own namespace with the shared-storage claim and the `hf-token` Secret, and removes everything at the end.
 """
 
 from __future__ import annotations
@@ -26,9 +26,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 _REPO = Path(__file__).resolve().parents[2]
-os.environ.setdefault("TESTBED_PORT_OFFSET", "1000")
-os.environ.setdefault("CLUSTER_DIR", str(_REPO / ".tools" / "cluster-e2e"))
-os.environ.setdefault("FSX_DIR", "/tmp/miles-testbed-fsx-e2e")
+# Under pytest-xdist (`make test`) each worker drives a testbed of its own: worker gwN gets the port offset
+# 1000 + 100 x N (the real node's slot 10 + N), its own cluster dir and its own shared-storage dir, so tests
+# on two workers never see each other's nodes, GPUs or runs.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_SUFFIX = f"-{_WORKER}" if _WORKER else ""
+os.environ.setdefault("TESTBED_PORT_OFFSET", str(1000 + 100 * _WORKER))
+os.environ.setdefault("CLUSTER_DIR", str(_REPO / ".tools" / f"cluster-e2e{_SUFFIX}"))
+os.environ.setdefault("FSX_DIR", f"/tmp/miles-testbed-fsx-e2e{_SUFFIX}")
 
 import harness as tb  # noqa: E402
 import seed  # noqa: E402
