@@ -1,7 +1,8 @@
-"""Collection order for `make test`, which spreads the test files over pytest-xdist workers (`--dist
-loadfile`: a file runs whole on one worker, in the order collected). The end-to-end files take minutes each,
-the rest seconds: collected first, longest first, they start while every worker is free and the short files
-fill in behind them, instead of one long file starting last on an otherwise idle machine."""
+"""Collection order for `make test`, which hands the tests to pytest-xdist workers one at a time, in the
+order collected (`--dist load --maxschedchunk 1`: `loadfile` would order whole files by their number of
+tests, which puts the few long end-to-end tests last). The end-to-end tests take minutes each, the rest
+seconds: collected first, longest file first, they start while every worker is free and the short tests fill
+in behind them, instead of one long test starting last on an otherwise idle machine."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 E2E = Path(__file__).resolve().parent / "e2e"
 
-# The e2e files, longest first (minutes on 2 cores, from `--durations`); a file missing here runs after them.
+# The e2e files, longest first (minutes on 2 cores, from `--durations`); one missing here runs after them.
 E2E_LONGEST_FIRST = (
     "test_lifecycle.py",
     "test_preflight_failures.py",
