@@ -12,17 +12,19 @@ import pytest
 
 E2E = Path(__file__).resolve().parent / "e2e"
 
-# The e2e files, longest first (minutes on 2 cores, from `--durations`); one missing here runs after them.
+# The e2e files, those of the longest tests first (minutes on 2 cores, from `--durations`); one missing here
+# runs after them.
 E2E_LONGEST_FIRST = (
     "test_lifecycle.py",
-    "test_preflight_failures.py",
-    "test_scenarios.py",
+    "test_kueue_admission.py",
     "test_real_convert.py",
     "test_rayjob.py",
+    "test_lost_head.py",
+    "test_scenarios.py",
     "test_disruption.py",
-    "test_kueue_admission.py",
     "test_existing_checkpoints.py",
     "test_two_testbeds.py",
+    "test_preflight_failures.py",
 )
 
 

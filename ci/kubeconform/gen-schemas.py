@@ -10,7 +10,7 @@
 
 Output: one schema tree per KubeRay version, each matching kubeconform's -schema-location template
 (LOCATION below, with root <out>/kuberay-<version>): e.g.
-<out>/kuberay-1.6.1/v1.34.3-standalone-strict/deployment-apps-v1.json and .../raycluster-ray-v1.json.
+<out>/kuberay-1.6.2/v1.34.3-standalone-strict/deployment-apps-v1.json and .../raycluster-ray-v1.json.
 
 "Strict" = every object schema that lists properties gets additionalProperties: false (unless the
 source marks it x-kubernetes-preserve-unknown-fields), so unknown or misspelled fields fail.

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+from hooks_testlib import base_spec
+from miles_hooks.core.runspec import RunSpec
 from miles_hooks.steps import status
 
 
@@ -46,3 +50,53 @@ def test_raycluster_verdict_unknown_is_not_a_failure() -> None:
 def test_tail() -> None:
     assert status.tail("a\nb\nc\n", 2) == ["b", "c"]
     assert status.tail("a", 0) == []
+
+
+def spec_with_output(tmp_path: Path, mode: str = "rayCluster") -> RunSpec:
+    raw = base_spec()
+    raw["mode"] = mode
+    raw["release"]["revision"] = 7
+    raw["output"]["provenanceFile"] = str(tmp_path / "provenance.json")
+    raw["output"]["checkpointDir"] = str(tmp_path / "checkpoints")
+    return RunSpec(raw=raw, path="test")
+
+
+def test_a_job_submit_recorded_but_the_head_lacks_names_the_command_that_resumes_it(tmp_path: Path) -> None:
+    spec = spec_with_output(tmp_path)
+    assert status.lost_job(spec) is None  # submit never recorded it: nothing says it was lost
+    sid = spec.submission_id()
+    (tmp_path / "provenance.json").write_text(
+        json.dumps({"submissionId": sid, "submittedAt": "2026-12-07T00:00:00Z"})
+    )
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("19")
+    lost = status.lost_job(spec)
+    assert lost == {
+        "submittedAt": "2026-12-07T00:00:00Z",
+        "latestCheckpoint": 19,
+        "resumeCommand": "helm rollback miles 7 -n default",
+    }
+    found = status.problems(result(job=None, lostJob=lost, driverLogs="/fsx/runs/miles/logs/x-*.log"))
+    assert len(found) == 1
+    assert (
+        "Ray job miles-abc is not on the Ray head, though submit created it at 2026-12-07T00:00:00Z"
+        in found[0]
+    )
+    assert "from checkpoint 19: helm rollback miles 7 -n default." in found[0]
+    assert "Its driver logs: /fsx/runs/miles/logs/x-*.log" in found[0]
+    text = status.render(result(job=None, lostJob=lost))
+    assert "resume with   : helm rollback miles 7 -n default" in text
+    # an earlier run's record (another id) says nothing about this one
+    (tmp_path / "provenance.json").write_text(json.dumps({"submissionId": "miles-000000000000"}))
+    assert status.lost_job(spec) is None
+    # mode rayJob: KubeRay's retry resubmits it, on a new cluster
+    (tmp_path / "provenance.json").write_text(json.dumps({"submissionId": sid, "submittedAt": "t"}))
+    rayjob = status.lost_job(spec_with_output(tmp_path, "rayJob"))
+    assert rayjob is not None and rayjob["resumeCommand"].startswith("kubectl get rayjob -n default")
+
+
+def test_a_cluster_waiting_for_capacity_shows_the_schedulers_reason() -> None:
+    pending = "pod miles-gpu-x: unschedulable: 0/3 nodes are available: 2 Insufficient nvidia.com/gpu."
+    waiting = result(rayCluster={"ready": False, "reasons": ["1 of 2 worker(s) Ready"], "pods": [pending]})
+    assert status.problems(waiting) == [f"RayCluster not ready: 1 of 2 worker(s) Ready; {pending}"]
+    assert f"raycluster    : NOT READY 1 of 2 worker(s) Ready\n  {pending}" in status.render(waiting)

@@ -3,21 +3,28 @@ runtime env, metadata, provenance and the previous-job selection."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import re
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
 from hooks_testlib import base_spec
+from miles_hooks.core import entrypoint
 from miles_hooks.core import runspec as specmod
 from miles_hooks.steps import submit
 
 
 def run_entrypoint(tmp_path: Path, model_args_cmd: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """The entrypoint under bash; the driver's stderr joins its stdout there (the copy kept in
+    ``tmp_path/logs`` has both, in order), so the output to judge is ``stdout``."""
     raw = base_spec()
     (tmp_path / "train.py").write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     raw["train"].update({"workdir": str(tmp_path), "modelArgsCommand": model_args_cmd, "args": args})
+    raw["submit"]["logDir"] = str(tmp_path / "logs")
     entry = submit.build_entrypoint(raw)
     assert entry.startswith("bash -c ")
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": "/nonexistent"}
@@ -39,15 +46,36 @@ def test_entrypoint_sources_legacy_profile_scripts(tmp_path: Path) -> None:
 
 def test_entrypoint_fails_when_model_args_fail_or_are_empty(tmp_path: Path) -> None:
     failing = run_entrypoint(tmp_path, "exit 7", ["--x"])
-    assert failing.returncode == 2 and failing.stdout == ""
+    assert failing.returncode == 2 and "[" not in failing.stdout  # train.py never ran
     # an image older than miles v0.1.0 has no model_args_utils.py: the message says what to change
     old_image = run_entrypoint(tmp_path, f"{sys.executable} /root/miles/no/model_args_utils.py qwen3-4B", [])
-    assert old_image.returncode == 2 and old_image.stdout == ""
-    assert "model_args_utils.py" in old_image.stderr  # python's own error, then ours
-    assert "model.profile names no profile of this miles image" in old_image.stderr
-    assert "set image.tag to v0.1.0 or newer" in old_image.stderr
+    assert old_image.returncode == 2
+    assert "model_args_utils.py" in old_image.stdout  # python's own error, then ours
+    assert "model.profile names no profile of this miles image" in old_image.stdout
+    assert "set image.tag to v0.1.0 or newer" in old_image.stdout
     empty = run_entrypoint(tmp_path, "echo '  '", ["--x"])
-    assert empty.returncode == 2 and "printed nothing" in empty.stderr
+    assert empty.returncode == 2 and "printed nothing" in empty.stdout
+
+
+def test_each_start_keeps_its_driver_log_on_the_shared_volume(tmp_path: Path) -> None:
+    """Ray's job log goes with its head (and, in mode rayJob, the failed attempt's submitter pod with the
+    attempt): every start of the entrypoint leaves the driver's whole output, stderr included, in a file of
+    its own under submit.logDir, while Ray still gets it."""
+    (tmp_path / "m.sh").write_text("echo 'model args on stderr' >&2; echo --num-layers 2\n")
+    first = run_entrypoint(tmp_path, f"bash {tmp_path}/m.sh", ["--x"])
+    assert first.returncode == 0, first.stdout
+    assert first.stdout.splitlines() == ["model args on stderr", json.dumps(["--num-layers", "2", "--x"])]
+    time.sleep(1.1)  # the file is named by the start's UTC second
+    failed = run_entrypoint(tmp_path, "exit 7", ["--x"])
+    logs = sorted((tmp_path / "logs").iterdir())
+    sid = base_spec()["submit"]["submissionId"]
+    assert [p.name[: len(sid) + 1] for p in logs] == [f"{sid}-", f"{sid}-"], logs
+    assert all(re.fullmatch(r"[0-9]{8}T[0-9]{6}Z\.log", p.name[len(sid) + 1 :]) for p in logs), logs
+    assert logs[0].read_text() == first.stdout
+    assert logs[1].read_text() == failed.stdout and failed.returncode == 2
+    raw = base_spec()
+    raw["submit"]["logDir"] = str(tmp_path / "logs")
+    assert fnmatch.filter([str(p) for p in logs], entrypoint.driver_log_glob(raw)) == [str(p) for p in logs]
 
 
 def test_runtime_env_metadata_and_resources() -> None:

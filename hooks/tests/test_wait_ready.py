@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from miles_hooks.core import raycluster
+from miles_hooks.core import pod_diagnosis, raycluster
 from miles_hooks.steps import wait_ready as wr
 
 
@@ -95,7 +95,7 @@ def test_pod_reasons_unschedulable_and_events() -> None:
         {"involvedObject": {"name": "other"}, "type": "Warning", "reason": "X", "message": "y"},
         {"involvedObject": {"name": "w-0"}, "type": "Normal", "reason": "Scheduled", "message": "ok"},
     ]
-    reasons = wr.pod_reasons(p, events)
+    reasons = pod_diagnosis.pod_reasons(p, events)
     # the event repeating the PodScheduled message is not shown twice
     assert reasons == ["unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."]
     events.append(
@@ -107,7 +107,10 @@ def test_pod_reasons_unschedulable_and_events() -> None:
             "lastTimestamp": "3",
         }
     )
-    assert wr.pod_reasons(p, events)[1] == "event FailedMount: MountVolume.SetUp failed for volume fsx"
+    assert (
+        pod_diagnosis.pod_reasons(p, events)[1]
+        == "event FailedMount: MountVolume.SetUp failed for volume fsx"
+    )
 
 
 def test_pod_reasons_image_pull_and_crash() -> None:
@@ -126,7 +129,7 @@ def test_pod_reasons_image_pull_and_crash() -> None:
             }
         ],
     )
-    assert wr.pod_reasons(p, []) == [
+    assert pod_diagnosis.pod_reasons(p, []) == [
         'container ray-head: ImagePullBackOff: Back-off pulling image "radixark/miles:nope"'
     ]
     c = pod(
@@ -136,15 +139,15 @@ def test_pod_reasons_image_pull_and_crash() -> None:
             {"name": "ray-worker", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
         ],
     )
-    assert wr.pod_reasons(c, []) == ["container ray-worker exited 137 (OOMKilled)"]
+    assert pod_diagnosis.pod_reasons(c, []) == ["container ray-worker exited 137 (OOMKilled)"]
     r = pod("w2", phase="Running", conditions=[{"type": "Ready", "status": "False"}])
-    assert wr.pod_reasons(r, []) == ["running but not Ready (readiness probe failing)"]
+    assert pod_diagnosis.pod_reasons(r, []) == ["running but not Ready (readiness probe failing)"]
 
 
 def test_diagnose_skips_ready_pods() -> None:
     ready = pod("a", phase="Running", conditions=[{"type": "Ready", "status": "True"}])
     pending = pod("b", phase="Pending")
-    assert wr.diagnose([ready, pending], []) == ["pod b: Pending"]
+    assert pod_diagnosis.diagnose([ready, pending], []) == ["pod b: Pending"]
 
 
 def ray_pod(name: str, node_type: str, ready: bool = True, deleting: bool = False) -> dict[str, Any]:

@@ -225,3 +225,49 @@ def test_a_checkout_in_the_hosts_tmp_stays_visible_under_the_workers_own_tmp(
     # a checkout outside the host's /tmp needs nothing
     outside = dataclasses.replace(settings, host_paths=["/work/checkout"])
     assert ray_workers.tmp_binds(outside, own_tmp) == [(str(own_tmp), "/tmp")]
+
+
+class _PodsThatExist:
+    """The slice of the pod runner restart_after_exit asks: whether the pod is still there."""
+
+    def __init__(self, exists: bool) -> None:
+        self.exists = exists
+
+    def pod_exists(self, pod: client.V1Pod) -> bool:
+        return self.exists
+
+
+@pytest.mark.parametrize(
+    ("pod_exists", "stopped_on_purpose", "restarted"),
+    [(True, False, True), (False, False, False), (True, True, False)],
+    ids=["head-lost", "pod-deleted", "stopped"],
+)
+def test_a_joined_worker_that_exits_is_restarted_as_a_container_would_be(
+    tmp_path: Path, pod_exists: bool, stopped_on_purpose: bool, restarted: bool
+) -> None:
+    """A raylet whose head is lost exits; KubeRay's worker pod then restarts its container, which joins the
+    head its address names by then. A worker stopped because its pod went is never started again."""
+    settings = WorkerSettings(
+        node_netns="node",
+        node_ip="10.250.10.2",
+        temp_dir="/tmp/ray-workers",
+        binds=[],
+        work_dir=tmp_path,
+        venv_bin=tmp_path / "bin",
+        cpus=2,
+        limit=4,
+        port_base=12000,
+    )
+    workers = ray_workers.RayWorkers(settings, _PodsThatExist(pod_exists))  # type: ignore[arg-type]
+    started: list[str] = []
+    workers.start = lambda pod: started.append(pod.metadata.name)  # type: ignore[method-assign]
+    pod = worker_pod(GENERATED)
+    assert pod.metadata is not None
+    pod.metadata.uid = "uid-1"
+    exited = subprocess.Popen(["true"], process_group=0)
+    workers.procs["uid-1"] = (exited, 0)
+    if stopped_on_purpose:
+        del workers.procs["uid-1"]
+    workers.restart_after_exit(pod, exited)
+    assert started == (["miles-gpu-abc"] if restarted else [])
+    assert "uid-1" not in workers.procs

@@ -194,6 +194,9 @@ def test_train_args_carry_topology_and_batch_identity(scenario):
     ) * int(flag("--num-steps-per-rollout"))
     assert flag("--load") == flag("--save") == spec["output"]["checkpointDir"]
     assert spec["output"]["dir"] == f"/fsx/runs/{NAMESPACE}/{RELEASE}"
+    # each start's driver log goes under the run's output dir, outside what defines the run
+    assert spec["submit"]["logDir"] == spec["output"]["dir"] + "/logs"
+    assert "submit" not in spec["run"]["definedBy"]
     assert flag("--sglang-log-level") == flag("--sglang-log-level").lower()
     if "reward" in scenario.split(" + "):
         assert flag("--rm-type") == "remote_rm"

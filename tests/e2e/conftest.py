@@ -114,6 +114,12 @@ def second_namespace(namespace: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def third_namespace(second_namespace: str) -> Iterator[str]:
+    with release_namespace() as ns:
+        yield ns
+
+
+@pytest.fixture
 def inputs_ready(testbed: Path) -> Any:
     """prepare(values, release, namespace): seeds the prepared model/data and the converted checkpoint."""
 

@@ -1,7 +1,9 @@
 """Queued admission with the real Kueue controller (testbed/kueue.sh: the pinned sigs.k8s.io/kueue, its own
 CRDs and webhooks): a ClusterQueue with GPU quota for one run admits the first release and holds the second
 suspended until the first is gone. wait-ready says the second waits for admission and does not spend its
-readiness timeout meanwhile; Helm 4 installs the first release, Helm 3 the second."""
+readiness timeout meanwhile; Helm 4 installs the first release, Helm 3 the second. Then a third, in mode
+rayJob, queues behind the second: its RayJob is held suspended (its install returns at once: nothing in mode
+rayJob waits for the cluster) until the second is gone, then admitted, and its job runs."""
 
 from __future__ import annotations
 
@@ -80,6 +82,12 @@ def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
     return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == ctype), {})
 
 
+def rayjob(ns: str) -> dict[str, Any]:
+    items = tb.kget("rayjobs.ray.io", ns)["items"]
+    assert len(items) == 1, [r["metadata"]["name"] for r in items]
+    return dict(items[0])
+
+
 def raycluster(ns: str) -> dict[str, Any]:
     items = tb.kget("rayclusters.ray.io", ns)["items"]
     assert len(items) == 1, [r["metadata"]["name"] for r in items]
@@ -96,7 +104,11 @@ def wait_ready_log(ns: str, release: str) -> str:
 
 
 def test_queue_too_small_for_two_runs_admits_one_and_holds_the_other(
-    kueue: None, namespace: str, second_namespace: str, inputs_ready: Callable[..., Any]
+    kueue: None,
+    namespace: str,
+    second_namespace: str,
+    third_namespace: str,
+    inputs_ready: Callable[..., Any],
 ) -> None:
     first, second = "miles-a", "miles-b"  # names holding the chart's: the full name is the release name
     queued = ["--set", f"scheduling.kueueQueue={QUEUE}"]
@@ -153,3 +165,30 @@ def test_queue_too_small_for_two_runs_admits_one_and_holds_the_other(
     assert waited and float(waited.group(1)) >= QUEUED_FOR, ready.group(0)
     jobs = [j for j in tb.release_jobs(second, second_namespace) if j["status"] in ("PENDING", "RUNNING")]
     assert len(jobs) == 1, json.dumps(jobs)[:2000]
+
+    # mode rayJob in the same queue, while the second run holds its quota: the RayJob is held suspended and
+    # makes no pod; once the second is gone Kueue admits it and KubeRay runs the job
+    third, rayjob_mode = "miles-c", ["--set", "mode=rayJob"]
+    tb.kubectl_apply(local_queue(third_namespace))
+    inputs_ready(COLOCATED, third, third_namespace, queued + rayjob_mode)
+    tb.deploy("helm4", "install", third, third_namespace, COLOCATED, *queued, *rayjob_mode)
+    held = workload(third_namespace)
+    assert condition(held, "QuotaReserved").get("status") == "False", held.get("status")
+    assert rayjob(third_namespace)["spec"].get("suspend") is True
+    assert rayjob(third_namespace)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
+    assert not tb.kget("pods", third_namespace, selector="ray.io/is-ray-node=yes")["items"]
+
+    tb.helm("helm3", "uninstall", second, "-n", second_namespace, "--wait", "--timeout", "3m")
+    tb.wait_until(
+        "the queued RayJob to be admitted",
+        lambda: condition(workload(third_namespace), "Admitted").get("status") == "True",
+        timeout=180,
+        interval=2,
+    )
+    tb.wait_until(
+        "the admitted RayJob's job to run",
+        lambda: (rayjob(third_namespace).get("status") or {}).get("jobStatus") in ("RUNNING", "SUCCEEDED"),
+        timeout=300,
+        interval=2,
+    )
+    assert rayjob(third_namespace)["spec"].get("suspend") is not True

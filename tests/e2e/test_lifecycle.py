@@ -182,7 +182,7 @@ def upgrade_holding_the_old_workers(helm_version: str, rel: str, ns: str, cluste
 def test_colocated_lifecycle(
     helm_version: str, upgrade_method: str, namespace: str, inputs_ready: Callable[..., Any]
 ) -> None:
-    """Helm 4 with the default upgradeStrategy (method crd, rayCluster.operatorVersion 1.6.1); Helm 3 with
+    """Helm 4 with the default upgradeStrategy (method crd, rayCluster.operatorVersion 1.6.2); Helm 3 with
     the method the chart picks for a KubeRay 1.5 operator (nameHash), which the testbed's 1.6 runs too."""
     rel = "miles"
     ns = namespace

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ def test_not_enough_gpu_nodes(namespace: str, inputs_ready: Callable[..., Any]) 
 def test_a_gpu_node_held_by_another_pod(namespace: str, inputs_ready: Callable[..., Any]) -> None:
     """Both GPU nodes are installed, one is fully held by someone else's pod: counting installed GPUs said
     "2 usable worker node(s)" and the run then sat with a worker Pending. The scheduler, asked through a
-    stand-in of each worker, says only one fits, and the install fails naming what it said."""
+    stand-in of each worker, says only one fits, and the install fails naming what it said. With
+    hooks.preflight.whenFull=wait the run waits instead, visibly and no longer than its deadline."""
     extra = ["--set", "topology.actorNodes=2", "--set", "topology.rolloutGpus=16"]
     inputs_ready(COLOCATED, "miles", namespace, extra)
     busy = {
@@ -75,6 +77,38 @@ def test_a_gpu_node_held_by_another_pod(namespace: str, inputs_ready: Callable[.
         assert "hooks.preflight.whenFull=wait" in out, out[-3000:]
         selector = "app.kubernetes.io/component=hook-capacity-check"
         assert tb.kget("pods", namespace, selector=selector)["items"] == [], "a stand-in was left behind"
+
+        # by choice, the run waits: preflight warns and lets it on, one worker stays Pending, and the mode's
+        # deadline ends the wait (wait-ready fails the release after checks.waitReadyTimeoutSeconds, quoting
+        # the scheduler); `helm test` shows the same reason for the run that waits
+        waiting = [
+            *extra,
+            "--set",
+            "hooks.preflight.whenFull=wait",
+            "--set",
+            "checks.waitReadyTimeoutSeconds=30",
+        ]
+        started = time.time()
+        res = tb.run(tb.deploy_argv("helm4", "upgrade", "miles", namespace, COLOCATED, *waiting), check=False)
+        said = (
+            res.out + res.err + tb.kubectl("logs", "-n", namespace, "job/miles-wait-ready", check=False).out
+        )
+        assert res.rc != 0 and "not ready after 30s (checks.waitReadyTimeoutSeconds)" in said, said[-4000:]
+        assert "unschedulable: " in said and "Insufficient nvidia.com/gpu" in said, said[-4000:]
+        (preflight,) = [e for e in tb.journal(namespace, since=started) if e["container"] == "preflight"]
+        warned = Path(preflight["log"]).read_text()
+        assert "hooks.preflight.whenFull is 'wait', so the run is installed" in warned, warned[-3000:]
+        assert "wait-ready fails the release after checks.waitReadyTimeoutSeconds (30s)" in warned, warned[
+            -3000:
+        ]
+        test = tb.helm("helm4", "test", "miles", "-n", namespace, "--timeout", "3m", check=False)
+        shown = (
+            test.out
+            + test.err
+            + tb.kubectl("logs", "-n", namespace, "pod/miles-test-status", check=False).out
+        )
+        assert test.rc != 0 and "RayCluster not ready: " in shown, shown[-3000:]
+        assert "unschedulable: " in shown and "Insufficient nvidia.com/gpu" in shown, shown[-3000:]
     finally:
         tb.kubectl(
             "delete", "pod", "-n", namespace, "other-release-worker", "--wait=true", "--grace-period=0"
@@ -280,7 +314,7 @@ def test_a_field_the_oldest_supported_kuberay_lacks(
     namespace: str, inputs_ready: Callable[..., Any], tmp_path: Path
 ) -> None:
     """On a cluster whose RayCluster CRD is the oldest supported KubeRay's (no spec.upgradeStrategy, no
-    spec.authOptions), the defaults (rayCluster.operatorVersion 1.6.1: upgradeStrategy method crd, the token
+    spec.authOptions), the defaults (rayCluster.operatorVersion 1.6.2: upgradeStrategy method crd, the token
     declared in authOptions) fail at preflight naming the values to change. The API server names one field it
     does not know, either of the two from one run to the next. (Server-side apply answers the undeclared
     field with HTTP 500: preflight once failed on it with 'Kubernetes API error 500 Internal Server Error'

@@ -115,6 +115,16 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
         assert int(status.get("failed") or 0) == 0, json.dumps(status)[:3000]
         assert "no checkpoint in" in log, log[-4000:]
     assert "checking the cluster before the run" in log, log[-4000:]  # verify ran before training
+    # each attempt's driver log stays on the shared volume: the failed attempt's submitter pod, which showed
+    # it, went with that attempt's cluster
+    driver_logs = sorted(tb.host_path(raw["submit"]["logDir"]).glob(f"{job_id}-*.log"))
+    attempts = [p.read_text() for p in driver_logs]
+    if helm == "helm4":
+        assert len(attempts) == 2, driver_logs
+        assert "failing on purpose after saving iteration 1" in attempts[0], attempts[0][-3000:]
+        assert "resuming at rollout 2" in attempts[1], attempts[1][-3000:]
+    else:
+        assert len(attempts) == 1 and "no checkpoint in" in attempts[0], driver_logs
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(NUM_ROLLOUT - 1)
 
     wait_for("the run's Ray pods to go", namespace, lambda: not ray_pods(namespace), timeout=180)

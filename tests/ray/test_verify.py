@@ -42,9 +42,12 @@ def test_verify_names_every_mismatch(local_ray: LocalRay, tmp_path: Path) -> Non
     raw["rayCluster"]["rayVersion"] = "2.0.0"
     raw["topology"]["workerReplicas"] = 2
     raw["topology"]["gpusPerWorker"] = 8
-    proc = cli("verify", "--spec", str(write_spec(tmp_path / "run.json", raw)), "--timeout", "60")
+    spec = str(write_spec(tmp_path / "run.json", raw))
+    proc = cli("verify", "--spec", spec, "--timeout", "60", "--join-timeout", "5")
     assert proc.returncode == 1
     assert "rayCluster.rayVersion" in proc.stderr
+    # the missing worker is waited for (a head's workers rejoin it a minute after it was replaced), then named
+    assert "waiting for the GPU workers to join the Ray head" in proc.stderr
     assert "expected 2 alive worker(s)" in proc.stderr
     assert "expected 8 (topology.gpusPerWorker)" in proc.stderr
 

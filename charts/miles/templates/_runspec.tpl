@@ -226,7 +226,7 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
   "reward" $def.reward
   "run" (dict "id" $runId "definedBy" (keys $def | sortAlpha))
   "resume" (dict "numRollout" (int $v.recipe.numRollout) "adoptCheckpoints" $v.output.adoptCheckpoints)
-  "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionId" (include "miles.submissionId" .))
+  "submit" (dict "onChange" $v.submit.onChange "entrypointResources" $v.submit.entrypointResources "submissionId" (include "miles.submissionId" .) "logDir" (printf "%s/logs" $def.output.dir))
   "storage" (dict "mountPath" $v.storage.mountPath "claimName" (include "miles.claimName" .) "createdByChart" (ne $v.storage.type "existingClaim") "kind" $v.storage.type)
   "secrets" (include "miles.secretRefs" . | fromJsonArray)
   "checks" (dict

@@ -183,7 +183,7 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- end -}}
 {{- $operator := toString $v.rayCluster.operatorVersion -}}
 {{- if not (include "miles.operatorVersionValid" .) -}}
-{{- $e = append $e (printf "rayCluster.operatorVersion: expected the KubeRay operator's version as MAJOR.MINOR[.PATCH] (e.g. 1.6.1), found %q" $operator) -}}
+{{- $e = append $e (printf "rayCluster.operatorVersion: expected the KubeRay operator's version as MAJOR.MINOR[.PATCH] (e.g. 1.6.2), found %q" $operator) -}}
 {{- else if semverCompare "<1.5.0-0" $operator -}}
 {{- $e = append $e (printf "rayCluster.operatorVersion: expected 1.5 or newer (the oldest KubeRay the chart supports; upgrade the operator), found %q" $operator) -}}
 {{- else if and (eq $upgradeMethod "crd") (semverCompare "<1.6.0-0" $operator) -}}

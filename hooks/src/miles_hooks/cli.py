@@ -166,7 +166,7 @@ def do_wait_ready(args: argparse.Namespace) -> Output:
 
 
 def do_verify(args: argparse.Namespace) -> Output:
-    return Output(verify.run(_spec(args), timeout=args.timeout))
+    return Output(verify.run(_spec(args), timeout=args.timeout, join_wait=args.join_timeout))
 
 
 def do_submit(args: argparse.Namespace) -> Output:
@@ -280,7 +280,15 @@ COMMANDS: tuple[Command, ...] = (
         "verify",
         "check through Ray: head CPUs, gpu_node and GPUs per worker, Ray version, GPU checks",
         do_verify,
-        (timeout_option(None, "to wait"),),
+        (
+            timeout_option(None, "to wait"),
+            option(
+                "--join-timeout",
+                type=float,
+                default=verify.JOIN_WAIT_SECONDS,
+                help="seconds to wait for the GPU workers to join the Ray head before counting them",
+            ),
+        ),
     ),
     Command(
         "submit",

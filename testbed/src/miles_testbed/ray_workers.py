@@ -337,6 +337,7 @@ class RayWorkers:
             if b"Ray runtime started" in log_path.read_bytes():
                 self.cluster.mark_ray_pod_ready(pod)
                 LOG.info("%s: local Ray worker joined; pod Ready", name)
+                self.restart_after_exit(pod, p)
                 return
             time.sleep(0.3)
         if p.poll() is not None:
@@ -367,6 +368,28 @@ class RayWorkers:
                 LOG.info("%s: deleted while its local Ray worker was down: not restarted", name)
             return
         LOG.error("%s: local Ray worker did not start (log: %s); the pod stays unready", name, log_path)
+
+    def restart_after_exit(self, pod: Any, p: subprocess.Popen[bytes]) -> None:
+        """As the kubelet restarts a container that exits: a joined worker whose `ray start --block` ended
+        (its head was lost: a raylet that cannot reach its GCS for 60 s exits) starts again, and joins the
+        head its pod's address names by then, as a KubeRay worker pod's restarted container does. A worker
+        stopped on purpose (its pod deleted) is not restarted."""
+        name = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        p.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        with self.lock:
+            entry = self.procs.get(pod.metadata.uid)
+            if entry is None or entry[0] is not p:
+                return
+            del self.procs[pod.metadata.uid]
+        shutil.rmtree(worker_tmp(self.s, entry[1]), ignore_errors=True)
+        if not self.cluster.pod_exists(pod):
+            return
+        LOG.warning("%s: local Ray worker exited (%s) after it joined; restarting it", name, p.returncode)
+        time.sleep(2)
+        if self.cluster.pod_exists(pod):
+            self.start(pod)
 
     def stop(self, uid: str, name: str) -> None:
         with self.lock:

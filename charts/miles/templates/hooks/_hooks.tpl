@@ -122,7 +122,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
   "podSecurityContext" $v.hooks.podSecurityContext
   "nodeSelector" $pools.hooks.nodeSelector
   "tolerations" $pools.hooks.tolerations
-  "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "submitter" "testReport"))) -}}
+  "storage" (has $s.key (list "prepareData" "convertCheck" "submit" "submitter" "test" "testReport"))) -}}
 {{- if eq $s.key "prepareData" }}{{ $_ := set $pod "annotations" $v.hooks.prepareData.podAnnotations }}{{ end -}}
 {{- if eq $s.key "submitter" }}{{ $_ := set $pod "annotations" $v.rayJob.submitter.podAnnotations }}{{ end -}}
 {{- end -}}

@@ -159,6 +159,7 @@ class SubmitSpec(TypedDict):
     onChange: Literal["restart", "fail"]
     entrypointResources: dict[str, float]
     submissionId: str  # the Ray job's id in every mode (the chart's miles.submissionId)
+    logDir: str  # <output.dir>/logs: each start's driver log, <submissionId>-<UTC time>.log
 
 
 class StorageSpec(TypedDict):

@@ -23,7 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import capacity, dry_run, image_pull, kube, log, pod_security, ray_token
+from miles_hooks.core import (
+    capacity,
+    dry_run,
+    image_pull,
+    kube,
+    kuberay_operator,
+    log,
+    pod_security,
+    ray_token,
+)
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.fsutil import human_bytes
 from miles_hooks.core.quantity import parse_count, parse_exact
@@ -513,7 +522,7 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
                     "or use mode: singleNode",
                 )
             )
-        findings.extend(_operator_findings(api))
+        findings.extend(_operator_findings(api, raw))
 
     if raw["checks"]["nodes"]["enabled"]:
         nodes = _node_dicts(api)
@@ -668,7 +677,39 @@ def _pod_security_by_label(api: kube.Api, spec: RunSpec) -> list[Finding]:
     return pod_security_findings(spec.namespace, labels, batch)
 
 
-def _operator_findings(api: kube.Api) -> list[Finding]:
+def status_check_findings(raw: RawSpec, pod: Any) -> list[Finding]:
+    """Mode rayJob under KubeRay 1.7 or newer: the operator's RayJob status-check timeout against the time
+    the chart gives a Ray cluster to become ready (checks.waitReadyTimeoutSeconds): a head that comes back
+    slower than the timeout ends the run for good."""
+    version = kuberay_operator.version(pod)
+    if raw["mode"] != "rayJob" or version is None or version < kuberay_operator.FIRST_WITH_STATUS_CHECK:
+        return []
+    subject = f"kuberay-operator {pod.metadata.namespace}/{pod.metadata.name}"
+    seconds, source = kuberay_operator.status_check_timeout(pod)
+    allowed = int(raw["checks"]["waitReadyTimeoutSeconds"])
+    rule = (
+        f"KubeRay {version[0]}.{version[1]} fails a RayJob for good (JobStatusCheckTimeoutExceeded, no retry "
+        "whatever rayJob.backoffLimit) when its dashboard does not answer for "
+        f"{kuberay_operator.STATUS_CHECK_ENV}"
+    )
+    if seconds is None:
+        return [Finding(INFO, subject, f"{rule}; {source}: compare it with {allowed}s yourself")]
+    if seconds < allowed:
+        return [
+            Finding(
+                WARNING,
+                subject,
+                f"{rule} ({source}: {seconds}s), shorter than the {allowed}s this release gives a Ray "
+                "cluster to become ready (checks.waitReadyTimeoutSeconds): a head that restarts slower than "
+                "that (a new node pulling the miles image) ends the run. Set the operator Deployment's env "
+                f"{kuberay_operator.STATUS_CHECK_ENV} to at least {allowed}, or lower "
+                "checks.waitReadyTimeoutSeconds to what a head restart takes on this cluster",
+            )
+        ]
+    return [Finding(INFO, subject, f"{rule} ({source}: {seconds}s, at least checks.waitReadyTimeoutSeconds)")]
+
+
+def _operator_findings(api: kube.Api, raw: RawSpec) -> list[Finding]:
     running = []
     for selector in OPERATOR_SELECTORS:
         try:
@@ -679,7 +720,10 @@ def _operator_findings(api: kube.Api) -> list[Finding]:
         running += [p for p in pods.items if (p.status and p.status.phase == "Running")]
     if running:
         pod = running[0]
-        return [Finding(INFO, "kuberay-operator", f"running: {pod.metadata.namespace}/{pod.metadata.name}")]
+        return [
+            Finding(INFO, "kuberay-operator", f"running: {pod.metadata.namespace}/{pod.metadata.name}"),
+            *status_check_findings(raw, pod),
+        ]
     return [
         Finding(
             WARNING,

@@ -22,76 +22,14 @@ from typing import Any
 
 from miles_hooks.core import kube, log
 from miles_hooks.core.errors import HookTimeout
+from miles_hooks.core.pod_diagnosis import CLUSTER_LABEL, NODE_TYPE_LABEL, diagnose_cluster_pods, pod_is_ready
 from miles_hooks.core.raycluster import admission_wait, cluster_readiness, gcs_health
 from miles_hooks.core.runspec import RunSpec
 
 LOG = log.get("wait-ready")
 
-CLUSTER_LABEL = "ray.io/cluster"
-NODE_TYPE_LABEL = "ray.io/node-type"
-BAD_WAITING = (
-    "ImagePullBackOff",
-    "ErrImagePull",
-    "CrashLoopBackOff",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "InvalidImageName",
-    "RunContainerError",
-)
-
 
 # --------------------------------------------------------------------------- pure
-
-
-def pod_reasons(pod: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
-    """Why one pod is not Ready: scheduling, image pulls, crashes, probes, plus its Warning events."""
-    status = pod.get("status") or {}
-    reasons: list[str] = []
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            reasons.append(f"unschedulable: {cond.get('message') or cond.get('reason')}")
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for cs in status.get(key) or []:
-            state = cs.get("state") or {}
-            waiting = state.get("waiting") or {}
-            if waiting.get("reason") in BAD_WAITING or (waiting and waiting.get("message")):
-                reasons.append(
-                    f"container {cs.get('name')}: {waiting.get('reason')}: "
-                    f"{(waiting.get('message') or '').strip()[:300]}".rstrip(": ")
-                )
-            term = state.get("terminated") or {}
-            if term and term.get("exitCode", 0) != 0:
-                reasons.append(
-                    f"container {cs.get('name')} exited {term.get('exitCode')} ({term.get('reason')})"
-                )
-    if not reasons and status.get("phase") == "Running":
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-        if ready and ready.get("status") != "True":
-            reasons.append("running but not Ready (readiness probe failing)")
-    if not reasons and status.get("phase") == "Pending":
-        reasons.append("Pending")
-    name = (pod.get("metadata") or {}).get("name")
-    seen: set[str] = set()
-    mine = [
-        e
-        for e in events
-        if (e.get("involvedObject") or {}).get("name") == name and e.get("type") == "Warning"
-    ]
-    mine.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-    for ev in reversed(mine):
-        message = (ev.get("message") or "").strip()[:300]
-        text = f"event {ev.get('reason')}: {message}"
-        if any(message and message in r for r in reasons):
-            continue  # the scheduler's condition already says it
-        if text not in seen and len(seen) < 3:
-            seen.add(text)
-            reasons.append(text)
-    return reasons
-
-
-def pod_is_ready(pod: dict[str, Any]) -> bool:
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
 def current_pods_readiness(pods: list[dict[str, Any]], expected_workers: int) -> tuple[bool, list[str]]:
@@ -116,16 +54,6 @@ def current_pods_readiness(pods: list[dict[str, Any]], expected_workers: int) ->
     if reasons and len(live) < len(pods):
         reasons.append(f"{len(pods) - len(live)} pod(s) of an earlier template still terminating")
     return not reasons, reasons
-
-
-def diagnose(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
-        if pod_is_ready(pod):
-            continue
-        name = (pod.get("metadata") or {}).get("name")
-        out.append(f"pod {name}: " + "; ".join(pod_reasons(pod, events) or ["not Ready"]))
-    return out
 
 
 # --------------------------------------------------------------------------- API side
@@ -285,25 +213,6 @@ def wait_gcs(dashboard_url: str, deadline: float) -> str:
         delay = min(delay * 2, 5.0)
 
 
-def _diagnose_via_api(api: kube.Api, spec: RunSpec) -> list[str]:
-    core = api.core()
-    name = spec.raw["rayCluster"]["name"]
-    try:
-        pods = [
-            api.to_dict(p)
-            for p in core.list_namespaced_pod(spec.namespace, label_selector=f"{CLUSTER_LABEL}={name}").items
-        ]
-        events = [
-            api.to_dict(e)
-            for e in core.list_namespaced_event(spec.namespace, field_selector="type=Warning").items
-        ]
-    except Exception as exc:
-        return [f"(could not read pods/events for diagnosis: {str(exc).splitlines()[0]})"]
-    if not pods:
-        return [f"no pods with label {CLUSTER_LABEL}={name} exist (is the KubeRay operator running?)"]
-    return diagnose(pods, events) or ["all pods Ready; the RayCluster status has not caught up"]
-
-
 def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
     raw = spec.raw
     limit = float(timeout if timeout is not None else raw["checks"]["waitReadyTimeoutSeconds"])
@@ -315,7 +224,7 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
         reasons = watch_until_ready(api, spec, clock) or watch_pods_until_current(api, spec, clock)
         held = f" (not counting {clock.held():.0f}s waiting for admission)" if clock.held() >= 1 else ""
         if reasons:
-            details = reasons + _diagnose_via_api(api, spec)
+            details = reasons + diagnose_cluster_pods(api, spec)
             LOG.info("api usage", extra={"fields": {"api_requests": api.requests}})
             raise HookTimeout(
                 f"RayCluster {raw['rayCluster']['name']} not ready after {limit:.0f}s "

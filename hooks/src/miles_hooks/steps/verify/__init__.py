@@ -3,8 +3,9 @@
 Checks (pure function ``node_problems`` on the dashboard's node list, then one Ray task per worker):
 - exactly one alive head; it advertises 0 CPUs and 0 GPUs (``rayCluster.headGpus: 0``, keeps CUDA actors
   off it) or at least ``headGpus`` GPUs;
-- ``topology.workerReplicas`` alive workers, each carrying the entrypoint custom resource (``gpu_node``)
-  and ``topology.gpusPerWorker`` GPUs; no alive non-head node without it;
+- ``topology.workerReplicas`` alive workers (waited for up to ``JOIN_WAIT_SECONDS``), each carrying the
+  entrypoint custom resource (``gpu_node``) and ``topology.gpusPerWorker`` GPUs; no alive non-head node
+  without it;
 - the cluster's Ray version equals ``rayCluster.rayVersion``;
 - a task pinned to each worker (a short Ray job shipping this package with ``py_modules``) gets the
   worker's GPUs, and runs ``miles_hooks.core.gpu.check_node`` when ``checks.gpu.enabled``.
@@ -30,6 +31,11 @@ from miles_hooks.core.runspec_types import RawSpec
 LOG = log.get("verify")
 
 RESULT_PREFIX = "MILES_VERIFY_RESULT "  # the driver's one result line (driver.py)
+# How long verify waits for the GPU workers to join the head before it counts them. Their pods are Ready and
+# the GCS healthy when it starts, but after a head replacement the workers' raylets are still attached to
+# the lost head: Ray ends a raylet that cannot reach its GCS after 60 s (gcs_rpc_server_reconnect_timeout_s),
+# then the container restarts and joins the new head in seconds.
+JOIN_WAIT_SECONDS = 150.0
 
 
 def custom_resource(raw: RawSpec) -> str:
@@ -119,6 +125,29 @@ def probe_problems(
     return problems
 
 
+def joined_nodes(dashboard: str, raw: RawSpec, wait: float) -> list[dict[str, Any]]:
+    """The cluster's nodes once as many GPU workers as the run spec has are alive in Ray, or as they are
+    after ``wait`` seconds (then ``node_problems`` names the shortfall)."""
+    expected = int(raw["topology"]["workerReplicas"])
+    res_name = custom_resource(raw)
+    deadline = time.monotonic() + wait
+    while True:
+        nodes = list_nodes(dashboard)
+        joined = sum(
+            1
+            for n in nodes
+            if n.get("state") == "ALIVE" and (n.get("resources_total") or {}).get(res_name, 0) > 0
+        )
+        left = deadline - time.monotonic()
+        if joined >= expected or left <= 0:
+            return nodes
+        LOG.info(
+            "waiting for the GPU workers to join the Ray head",
+            extra={"fields": {"joined": joined, "expected": expected, "seconds_left": round(left)}},
+        )
+        time.sleep(min(5.0, left))
+
+
 def list_nodes(dashboard: str) -> list[dict[str, Any]]:
     # ray is imported on use: the CLI that imports this step also runs convert in the miles image
     from ray.util.state import list_nodes as ray_list_nodes  # noqa: PLC0415
@@ -188,7 +217,7 @@ def run_probe(
     )
 
 
-def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
+def run(spec: RunSpec, timeout: float | None = None, join_wait: float = JOIN_WAIT_SECONDS) -> dict[str, Any]:
     raw = spec.raw
     limit = float(timeout if timeout is not None else min(900, raw["checks"]["waitReadyTimeoutSeconds"]))
     dashboard = spec.dashboard_url
@@ -198,7 +227,9 @@ def run(spec: RunSpec, timeout: float | None = None) -> dict[str, Any]:
     cl = rayjobs.client(dashboard)  # first: a refused token is reported as such
     version = rayjobs.dashboard_json(dashboard + "/api/version").get("ray_version")
     problems = version_problems(version, raw)
-    node_list = list_nodes(dashboard)
+    node_list = (
+        list_nodes(dashboard) if raw["mode"] == "singleNode" else joined_nodes(dashboard, raw, join_wait)
+    )
     if raw["mode"] == "singleNode":
         # the pod-local Ray of the single-node Job: one node with all the GPUs, no head/worker split
         workers = [n for n in node_list if n.get("state") == "ALIVE"]
