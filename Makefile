@@ -55,7 +55,7 @@ unittest: tools ## helm-unittest suites under Helm 3 and Helm 4
 	ci/helm-unittest.sh helm4 $(CHART)
 
 pytest: tools ## every pytest tier (hooks, chart rendering/validation, Ray, reward service, e2e)
-	pytest -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1 $(PYTEST_ARGS)
+	pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 test: tools lint unittest pytest ## all tests; fails if any tier fails or runs no tests
 

@@ -1,8 +1,10 @@
 """Collection order for `make test`, which hands the tests to pytest-xdist workers one at a time, in the
-order collected (`--dist load --maxschedchunk 1`: `loadfile` would order whole files by their number of
-tests, which puts the few long end-to-end tests last). The end-to-end tests take minutes each, the rest
-seconds: collected first, longest file first, they start while every worker is free and the short tests fill
-in behind them, instead of one long test starting last on an otherwise idle machine."""
+order collected (`--dist loadgroup --no-loadscope-reorder`: each test is a unit of its own except those of
+an `xdist_group`, which one worker runs together, and the units keep this order; `loadfile` would order
+whole files by their number of tests, which puts the few long end-to-end tests last). The end-to-end tests
+take minutes each, the rest seconds: collected first, longest first, they start while every worker is free
+and the short tests fill in behind them, instead of one long test starting last on an otherwise idle
+machine."""
 
 from __future__ import annotations
 
@@ -28,7 +30,12 @@ E2E_LONGEST_FIRST = (
 )
 
 
+BUILT_IMAGES = Path(__file__).resolve().parent / "images" / "test_built_images.py"
+
+
 def _rank(item: pytest.Item) -> tuple[int, int]:
+    if item.path == BUILT_IMAGES:
+        return (1, 1)  # one unit of minutes (xdist_group): right after the e2e tests, not at the tail
     if item.path.parent != E2E:
         return (2, 0)
     name = item.path.name

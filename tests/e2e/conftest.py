@@ -28,12 +28,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 _REPO = Path(__file__).resolve().parents[2]
 # Under pytest-xdist (`make test`) each worker drives a testbed of its own: worker gwN gets the port offset
 # 1000 + 100 x N (the real node's slot 10 + N), its own cluster dir and its own shared-storage dir, so tests
-# on two workers never see each other's nodes, GPUs or runs.
+# on two workers never see each other's nodes, GPUs or runs. Values set in the environment by the person
+# running the tests win; those this file set in a parent process (the xdist controller loads it too, given
+# an e2e path, and its workers inherit its environment) are set again for the worker.
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 _SUFFIX = f"-{_WORKER}" if _WORKER else ""
-os.environ.setdefault("TESTBED_PORT_OFFSET", str(1000 + 100 * _WORKER))
-os.environ.setdefault("CLUSTER_DIR", str(_REPO / ".tools" / f"cluster-e2e{_SUFFIX}"))
-os.environ.setdefault("FSX_DIR", f"/tmp/miles-testbed-fsx-e2e{_SUFFIX}")
+_SET_HERE = "MILES_E2E_TESTBED_SET"  # the names below that this file set, not the person running the tests
+_TESTBED = {
+    "TESTBED_PORT_OFFSET": str(1000 + 100 * _WORKER),
+    "CLUSTER_DIR": str(_REPO / ".tools" / f"cluster-e2e{_SUFFIX}"),
+    "FSX_DIR": f"/tmp/miles-testbed-fsx-e2e{_SUFFIX}",
+}
+for _name in filter(None, os.environ.get(_SET_HERE, "").split(",")):
+    os.environ.pop(_name, None)
+if _WORKER and "CLUSTER_DIR" in os.environ:
+    raise RuntimeError(
+        f"CLUSTER_DIR={os.environ['CLUSTER_DIR']} pins one testbed, which pytest-xdist worker "
+        f"{os.environ['PYTEST_XDIST_WORKER']} would share with the others: unset it, or run without -n"
+    )
+_set = [name for name in _TESTBED if name not in os.environ]
+os.environ.update({name: _TESTBED[name] for name in _set})
+os.environ[_SET_HERE] = ",".join(_set)
 
 import harness as tb  # noqa: E402
 import seed  # noqa: E402

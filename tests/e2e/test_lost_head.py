@@ -27,7 +27,7 @@ from test_lifecycle import COLOCATED, cluster_pods, head_pod, leftovers, spec_fu
 pytestmark = pytest.mark.cluster
 
 # long enough to be running when its head is deleted, a checkpoint after every rollout
-LONG = ["--set", "recipe.numRollout=100000", "--set", "recipe.saveInterval=1"]
+LONG = ["--set", "recipe.numRollout=1000", "--set", "recipe.saveInterval=1"]
 
 
 def latest_checkpoint(spec: dict[str, Any]) -> int | None:

@@ -18,6 +18,10 @@ import pytest
 import yaml
 from image_runtime import NAMESPACE, BuiltImage, Containerd
 
+# One worker runs them all under `make test`: the containerd they share imports the images (minutes).
+pytestmark = pytest.mark.xdist_group("built-images")
+
+
 REPO = Path(__file__).resolve().parents[2]
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
 # a writable /tmp as the chart gives every container (an emptyDir)

@@ -101,19 +101,19 @@ miles.checkpointBudget: the space the run needs on the shared volume, as JSON (b
 {{- $n := int $v.recipe.numRollout -}}
 {{- $every := int $v.recipe.saveInterval -}}
 {{- $retain := int $v.recipe.checkpoint.retainInterval -}}
-{{- $kept := list -}}
-{{- $peak := 0 -}}
-{{- range $r := until $n -}}
-{{- if or (eq (mod (add $r 1) $every) 0) (eq $r (sub $n 1)) -}}
-{{- $kept = append $kept $r -}}
-{{- $peak = max $peak (len $kept) -}}
-{{- if and (gt $retain 0) (ge (len $kept) 2) -}}
-{{- $prev := index $kept (sub (len $kept) 2) -}}
-{{- if and (gt $prev 0) (ne (mod $prev $retain) 0) -}}
-{{- $kept = without $kept $prev -}}
+{{- /* saves: after rollouts j*every-1 (j = 1..n/every), and after the last rollout when that is not one */ -}}
+{{- $saves := add (div $n $every) (ternary 1 0 (ne (mod $n $every) 0)) -}}
+{{- $peak := $saves -}}
+{{- if and (gt $retain 0) (ge $saves 2) -}}
+{{- /* Checkpoint s is kept for good when s % retain == 0 (id 0 included); any other is deleted once the next
+     is written, so the peak is right after the last save: the kept ones before it, the one before it if
+     that one is not kept for good, and itself. One pass over the saves, no list: linear in their number. */ -}}
+{{- $keptForGood := 0 -}}
+{{- range $j := untilStep 1 (int $saves) 1 -}}
+{{- if eq (mod (sub (mul $j $every) 1) $retain) 0 }}{{ $keptForGood = add1 $keptForGood }}{{ end -}}
 {{- end -}}
-{{- end -}}
-{{- end -}}
+{{- $beforeLast := sub (mul (sub $saves 1) $every) 1 -}}
+{{- $peak = add 1 $keptForGood (ternary 0 1 (eq (mod $beforeLast $retain) 0)) -}}
 {{- end -}}
 {{- $params := int64 $v.model.parameterCount -}}
 {{- $perCheckpoint := mul $params (int64 $v.recipe.checkpoint.bytesPerParameter) -}}
