@@ -26,8 +26,13 @@ from test_lifecycle import COLOCATED, cluster_pods, head_pod, leftovers, spec_fu
 
 pytestmark = pytest.mark.cluster
 
-# long enough to be running when its head is deleted, a checkpoint after every rollout
-LONG = ["--set", "recipe.numRollout=1000", "--set", "recipe.saveInterval=1"]
+# long enough to be running when its head is deleted, a checkpoint after every rollout, only the latest kept
+# (preflight refuses a thousand on the testbed's claim)
+LONG = [
+    "--set", "recipe.numRollout=1000",
+    "--set", "recipe.saveInterval=1",
+    "--set", "recipe.checkpoint.retainInterval=1000",
+]  # fmt: skip
 
 
 def latest_checkpoint(spec: dict[str, Any]) -> int | None:
