@@ -84,8 +84,9 @@ def test_the_head_service_of_an_address(address: str, expected: tuple[str, str, 
     assert ray_workers.head_service(address, "default-ns") == expected
 
 
-def test_each_worker_gets_its_own_ports_tmp_and_the_pods_labels(tmp_path: Path) -> None:
-    settings = WorkerSettings(
+def plain_settings(tmp_path: Path) -> WorkerSettings:
+    """Settings of a pod runner whose workers run in namespace "node", their venv under ``tmp_path``."""
+    return WorkerSettings(
         node_netns="node",
         node_ip="10.250.10.2",
         temp_dir="/tmp/ray-workers",
@@ -96,6 +97,10 @@ def test_each_worker_gets_its_own_ports_tmp_and_the_pods_labels(tmp_path: Path) 
         limit=4,
         port_base=12000,
     )
+
+
+def test_each_worker_gets_its_own_ports_tmp_and_the_pods_labels(tmp_path: Path) -> None:
+    settings = plain_settings(tmp_path)
     argv = ray_workers.ray_start_argv(settings, worker_pod(GENERATED), "10.250.10.7:6379", slot=1)
     assert argv[:4] == [str(tmp_path / "bin" / "ray"), "start", "--block", "--disable-usage-stats"]
     options = dict(a.split("=", 1) for a in argv[4:])
@@ -247,17 +252,7 @@ def test_a_joined_worker_that_exits_is_restarted_as_a_container_would_be(
 ) -> None:
     """A raylet whose head is lost exits; KubeRay's worker pod then restarts its container, which joins the
     head its address names by then. A worker stopped because its pod went is never started again."""
-    settings = WorkerSettings(
-        node_netns="node",
-        node_ip="10.250.10.2",
-        temp_dir="/tmp/ray-workers",
-        binds=[],
-        work_dir=tmp_path,
-        venv_bin=tmp_path / "bin",
-        cpus=2,
-        limit=4,
-        port_base=12000,
-    )
+    settings = plain_settings(tmp_path)
     workers = ray_workers.RayWorkers(settings, _PodsThatExist(pod_exists))  # type: ignore[arg-type]
     started: list[str] = []
     workers.start = lambda pod: started.append(pod.metadata.name)  # type: ignore[method-assign]
