@@ -22,7 +22,7 @@ PYTEST_WORKERS ?= 2
 help: ## list targets
 	@grep -E '^[a-z][-a-z]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-tools: ## build every pinned tool into .tools/, the Python env into .venv/ and the testbed images (idempotent)
+tools: ## build every pinned tool into .tools/, the Python envs and the testbed images (idempotent; the targets that need them run it)
 	@ci/install-tools.sh all
 
 generate: tools ## rewrite every generated file: values schema, chart README, helm-unittest snapshots, README scenario table
@@ -62,13 +62,14 @@ test: tools lint unittest pytest ## all tests; fails if any tier fails or runs n
 test-timing: tools ## the timing-sensitive tiers RUNS times (default 10) in random order, quiet then under stress-ng
 	RUNS=$(or $(RUNS),10) ci/timing-stress.sh
 
-demo: tools ## the main job: local cluster up, colocated scenario installed with the real hooks, final state
+demo: ## the main job: builds what it runs, local cluster up, colocated scenario installed with the real hooks, final state
 	testbed/demo.sh
 
 scenarios: tools ## render every values/ scenario with Helm 3 and Helm 4, validate, print topology
 	ci/scenarios.sh
 
-cluster-up: tools ## local testbed up (NODES=128 for 128 simulated GPU nodes)
+cluster-up: ## local testbed up (NODES=128 for 128 simulated GPU nodes); builds what a testbed runs
+	ci/install-tools.sh demo
 	testbed/up.sh
 
 cluster-down: ## stop the local testbed: no process or port left behind

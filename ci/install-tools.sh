@@ -38,9 +38,21 @@ go_build_versioned() {
   (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$out" "$pkg")
 }
 
-build_helms() {
+# Helm 4 alone is what the demo runs; `build_helm_test_tools` builds the rest (Helm 3 and the chart's test tools) from the same pinned module.
+build_helm4() {
   local dir="$root/ci/tools/helm"
-  if fresh go-helm "$dir/go.mod" "$dir/go.sum"; then log "helm tools up to date"; return; fi
+  if fresh go-helm4 "$dir/go.mod" "$dir/go.sum" && [[ -x "$tools/helmv4/helm" ]]; then log "helm 4 up to date"; return; fi
+  log "building helm v4"
+  go_build_versioned "$dir" "$tools/helmv4/helm" helm.sh/helm/v4/cmd/helm \
+    helm.sh/helm/v4 helm.sh/helm/v4/internal/version.version
+  stamp go-helm4 "$dir/go.mod" "$dir/go.sum"
+}
+
+build_helm_test_tools() {
+  local dir="$root/ci/tools/helm"
+  if fresh go-helm-test-tools "$dir/go.mod" "$dir/go.sum" && [[ -x "$tools/helmv3/helm" ]]; then
+    log "helm 3, helm-unittest, kubeconform, ct, helm-docs up to date"; return
+  fi
   # Helm 3 takes its default Kubernetes version (for `template`, `lint` and kubeVersion checks) from
   # link-time variables; unset, it assumes v1.20 and refuses the chart's kubeVersion. Use the client-go
   # minor it is built with, as Helm's own release build does.
@@ -50,9 +62,6 @@ build_helms() {
   log "building helm v3"
   go_build_versioned "$dir" "$tools/helmv3/helm" helm.sh/helm/v3/cmd/helm \
     helm.sh/helm/v3 helm.sh/helm/v3/internal/version.version "$v3_kube"
-  log "building helm v4"
-  go_build_versioned "$dir" "$tools/helmv4/helm" helm.sh/helm/v4/cmd/helm \
-    helm.sh/helm/v4 helm.sh/helm/v4/internal/version.version
   log "building helm-unittest, kubeconform, ct, helm-docs"
   go_build_versioned "$dir" "$tools/untt" github.com/helm-unittest/helm-unittest/cmd/helm-unittest "" "" "$v3_kube"
   go_build_versioned "$dir" "$bin/kubeconform" github.com/yannh/kubeconform/cmd/kubeconform \
@@ -61,7 +70,7 @@ build_helms() {
     github.com/helm/chart-testing/v3 github.com/helm/chart-testing/v3/ct/cmd.Version
   go_build_versioned "$dir" "$bin/helm-docs" github.com/norwoodj/helm-docs/cmd/helm-docs \
     github.com/norwoodj/helm-docs main.version
-  stamp go-helm "$dir/go.mod" "$dir/go.sum"
+  stamp go-helm-test-tools "$dir/go.mod" "$dir/go.sum"
 }
 
 # Each Helm gets its own config/cache/data/plugins under .tools/helmN so the two never share state,
@@ -221,6 +230,7 @@ kube_version_ldflags() {
     "-X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 }
 
+# What a testbed runs: the control plane, kwok, KubeRay and CoreDNS, with KubeRay's and kwok's CRDs.
 build_cluster() {
   cluster_module kubernetes "$(kube_version_ldflags)" kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
     kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -229,23 +239,27 @@ build_cluster() {
   cluster_module etcd "" etcd=go.etcd.io/etcd/server/v3
   cluster_module kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
   cluster_module kuberay "" kuberay-operator=github.com/ray-project/kuberay/ray-operator
-  cluster_module kueue "" kueue=sigs.k8s.io/kueue/cmd/kueue
   cluster_module coredns "" coredns=.
   # CRDs from the same pinned modules: KubeRay's, and kwok's Logs (so `kubectl logs` reaches runner pods).
-  local src version
+  local src
   mkdir -p "$tools/kuberay/crds" "$tools/kwok/crds"
   src=$(module_dir kuberay github.com/ray-project/kuberay/ray-operator)
   install -m 0644 "$src"/config/crd/bases/ray.io_*.yaml "$tools/kuberay/crds/"
-  # and those of every KubeRay the chart supports (ci/kubeconform/versions.env), for the e2e tests that put an
-  # older operator's CRD in place
+  src=$(module_dir kwok sigs.k8s.io/kwok)
+  install -m 0644 "$src/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml" "$tools/kwok/crds/"
+}
+
+# What only the tests add to a testbed: Kueue, and the CRDs of every KubeRay the chart supports
+# (ci/kubeconform/versions.env) for the e2e tests that put an older operator's CRD in place.
+build_cluster_test_parts() {
+  cluster_module kueue "" kueue=sigs.k8s.io/kueue/cmd/kueue
+  local src version
   for version in $(sed -n 's/^KUBERAY_VERSIONS=//p' "$root/ci/kubeconform/versions.env"); do
     src=$(go mod download -json "github.com/ray-project/kuberay/ray-operator@v$version" \
       | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
     mkdir -p "$tools/kuberay/crds-$version"
     install -m 0644 "$src"/config/crd/bases/ray.io_*.yaml "$tools/kuberay/crds-$version/"
   done
-  src=$(module_dir kwok sigs.k8s.io/kwok)
-  install -m 0644 "$src/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml" "$tools/kwok/crds/"
   # Kueue's CRDs and webhook configurations, as its release manifests ship them (testbed/kueue.sh points
   # the webhooks at the local controller).
   src=$(module_dir kueue sigs.k8s.io/kueue)
@@ -284,43 +298,81 @@ ray_worker_env() {
   stamp ray-worker "$lock"
 }
 
+# Parts by name: the functions that build each, the files under .tools/ that mark it built (its stamps; the
+# images' manifest), and what it is, for the plan `make demo` prints first.
+declare -A PART_BUILD=(
+  [helm4]="build_helm4 install_helm_wrappers" [helm]="build_helm4 build_helm_test_tools install_helm_wrappers"
+  [helmfile]=build_helmfile [registry]=build_registry [uv]=uv_tool [python]=python_env [schemas]=kubeconform_schemas
+  [checkov]=checkov_env [contract]=contract_env [cluster]=build_cluster [cluster-test]=build_cluster_test_parts
+  [images]=build_images [rayworker]=ray_worker_env
+)
+declare -A PART_MARKS=(
+  [helm4]=stamps/go-helm4 [helm]="stamps/go-helm4 stamps/go-helm-test-tools" [helmfile]=stamps/go-helmfile
+  [registry]=stamps/go-registry [uv]=stamps/uv [python]=stamps/venv [schemas]=stamps/kubeconform-schemas
+  [checkov]=stamps/checkov [contract]=stamps/miles-contract [cluster-test]=stamps/cluster-kueue
+  [cluster]="stamps/cluster-kubernetes stamps/cluster-etcd stamps/cluster-kwok stamps/cluster-kuberay stamps/cluster-coredns"
+  [images]=images/manifest.json [rayworker]=stamps/ray-worker
+)
+declare -A PART_WHAT=(
+  [helm4]="Helm 4" [helm]="Helm 3 and 4, helm-unittest, kubeconform, ct, helm-docs" [helmfile]=helmfile
+  [registry]="an OCI registry" [uv]=uv [python]="the Python env (.venv)" [schemas]="kubeconform schemas"
+  [checkov]=checkov [contract]="the miles contract venv" [cluster]="Kubernetes, etcd, kwok, KubeRay, CoreDNS"
+  [cluster-test]="Kueue and the older KubeRay CRDs" [images]="Debian packages and the testbed images"
+  [rayworker]="the Ray worker venv"
+)
+# The demo's lanes and everything's. The Go builds keep both cores compiling while the Python environments and
+# the images mostly wait on downloads and decompression. The demo's job parses its argv with the real miles
+# parser, so the contract venv is part of it.
+DEMO_GO="helm4 cluster" DEMO_PY="python contract images rayworker"
+ALL_GO="helm helmfile registry cluster cluster-test" ALL_PY="python schemas checkov contract images rayworker"
+
+# build_part NAME: builds one part and says how long it took
+build_part() {
+  local name=$1 fn t0=$SECONDS
+  [[ -n ${PART_BUILD[$name]:-} ]] || {
+    echo "install-tools.sh: unknown part '$name' (expected demo, all or one of: ${!PART_BUILD[*]})" >&2; return 2
+  }
+  for fn in ${PART_BUILD[$name]}; do "$fn"; done
+  log "$name ready in $((SECONDS - t0)) s"
+}
+build_parts() { local name; for name in "$@"; do build_part "$name"; done; }
+
 # lane NAME CMD...: runs CMD with each output line prefixed by NAME, in the background (the lane's pid in $!).
 lane() {
   local name=$1; shift
   { "$@" 2>&1 | sed -u "s/^/[$name] /"; } &
 }
-
-# Everything, in two lanes side by side: the Go builds keep both cores busy compiling, while the Python
-# environments and the images mostly wait on downloads and decompression. Cold on 2 cores, one after the
-# other took 26.5 min. A lane that fails fails the whole, after the other has finished.
-all_parts() {
+# two_lanes "GO PARTS" "PY PARTS": a lane that fails fails the whole, after the other has finished.
+two_lanes() {
   local go_lane py_lane rc=0
-  lane go go_parts; go_lane=$!
-  lane py py_parts; py_lane=$!
+  lane go build_parts $1; go_lane=$!
+  lane py build_parts $2; py_lane=$!
   wait "$go_lane" || rc=$?
   wait "$py_lane" || rc=$?
   return "$rc"
 }
-go_parts() { build_helms; install_helm_wrappers; build_helmfile; build_registry; build_cluster; }
-py_parts() { python_env; kubeconform_schemas; checkov_env; contract_env; build_images; ray_worker_env; }
+
+# plan PARTS...: one line per part, built (checked against its pins in seconds) or to build
+plan() {
+  local name mark state
+  for name in "$@"; do
+    state=built
+    for mark in ${PART_MARKS[$name]}; do [[ -f "$tools/$mark" ]] || state="to build"; done
+    printf '  %-13s %-9s %s\n' "$name" "$state" "${PART_WHAT[$name]}"
+  done
+}
 
 main() {
   local part
+  if [[ ${1:-} == --plan ]]; then
+    case ${2:-all} in demo) plan $DEMO_GO $DEMO_PY ;; all) plan $ALL_GO $ALL_PY ;; *) plan "${@:2}" ;; esac
+    return
+  fi
   for part in "${@:-all}"; do
     case $part in
-      helm) build_helms; install_helm_wrappers ;;
-      helmfile) build_helmfile ;;
-      registry) build_registry ;;
-      uv) uv_tool ;;
-      python) python_env ;;
-      checkov) checkov_env ;;
-      contract) contract_env ;;
-      schemas) kubeconform_schemas ;;
-      cluster) build_cluster ;;
-      images) build_images ;;
-      rayworker) ray_worker_env ;;
-      all) all_parts ;;
-      *) echo "install-tools.sh: unknown part '$part' (expected helm, helmfile, registry, uv, python, schemas, checkov, contract, cluster, images, rayworker, all)" >&2; exit 2 ;;
+      demo) two_lanes "$DEMO_GO" "$DEMO_PY" ;;
+      all) two_lanes "$ALL_GO" "$ALL_PY" ;;
+      *) build_part "$part" ;;
     esac
   done
   log "done"

@@ -10,8 +10,22 @@ release=${1:-miles}
 ns=${2:-miles-demo}
 export KUBECONFIG="$KUBECONFIG_TESTBED" PATH="$bin:$root/.venv/bin:$PATH"
 
-"$root/ci/install-tools.sh" cluster python helm images rayworker
-"$here/up.sh"
+# Measured: `ci/install-tools.sh demo` from a clean clone on a fresh 2-core machine (empty Go, uv, image and
+# Debian package caches); README "Measured" has the date and the breakdown.
+DEMO_COLD_BUILD_MIN=15
+demo_t0=$SECONDS
+# step SECONDS_AT_START NAME: the step's duration as it finishes
+step_done() { log "$2 done in $((SECONDS - $1)) s (demo so far $((SECONDS - demo_t0)) s)"; }
+cat <<PLAN
+make demo: three steps.
+  1. build what the demo runs (never what only the tests or lint use), two lanes side by side:
+$("$root/ci/install-tools.sh" --plan demo)
+     cold on a fresh 2-core machine: about $DEMO_COLD_BUILD_MIN min; with every part built: seconds
+  2. bring the local testbed up: about 2 min (most of it importing the images into the real node)
+  3. install the colocated scenario with the real hooks, then helm test: about 1.5 min
+PLAN
+t=$SECONDS; "$root/ci/install-tools.sh" demo; step_done "$t" "1. build"
+t=$SECONDS; "$here/up.sh"; step_done "$t" "2. testbed up"
 
 log "preparing namespace $ns: shared-storage claim, hf-token Secret, local Hugging Face mirror"
 "$here/storage.sh" "$ns"
@@ -48,7 +62,7 @@ if ! wait "$helm_pid"; then
   log "helm install failed; hook logs: testbed/pod-logs.sh <pod> $ns, runner: $CLUSTER_DIR/logs/pod-runner.log"
   exit 1
 fi
-log "installed in $((SECONDS - t0)) s"
+step_done "$t0" "3. helm install"
 
 echo; echo "=== hooks run (in order), from the testbed's journal: node real-cpu-0 = a real container ==="
 python3 - "$CLUSTER_DIR/runner/journal.jsonl" "$ns" <<'PY'
@@ -81,6 +95,7 @@ if ! helm test "$release" -n "$ns" --logs; then
   log "helm test failed: the test pods' logs above name the cause"
   status=1
 fi
+log "make demo took $((SECONDS - demo_t0)) s in all"
 cat <<MSG
 
 Look around:

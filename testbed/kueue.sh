@@ -21,7 +21,7 @@ webhook_names="kueue-testbed-mutating kueue-testbed-validating"
 
 kueue_up() {
   need_bins kueue kubectl
-  [[ -s "$tools/kueue/webhooks.yaml" ]] || die "Kueue's manifests missing under .tools/kueue: run \`ci/install-tools.sh cluster\`"
+  [[ -s "$tools/kueue/webhooks.yaml" ]] || die "Kueue's manifests missing under .tools/kueue: run \`ci/install-tools.sh cluster-test\` (or make tools)"
   "$bin/kubectl" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || die "the testbed is not up: run testbed/up.sh first"
   pid_alive kueue && { log "Kueue already runs (log: $CLUSTER_DIR/logs/kueue.log)"; return; }
   mkdir -p "$kueue_dir"/{certs,etc-upper,etc-work} "$CLUSTER_DIR"/{run,logs}

@@ -5,7 +5,7 @@ die() { printf 'testbed: error: %s\n' "$*" >&2; exit 1; }
 need_bins() {
   local b missing=()
   for b in "$@"; do [[ -x "$bin/$b" ]] || missing+=("$b"); done
-  ((${#missing[@]} == 0)) || die "missing tools in .tools/bin: ${missing[*]} — run \`ci/install-tools.sh cluster\` (or make tools)"
+  ((${#missing[@]} == 0)) || die "missing tools in .tools/bin: ${missing[*]} — run \`make tools\`"
 }
 
 validate_config() {

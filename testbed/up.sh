@@ -5,7 +5,7 @@
 # pods and the reward service run. The control plane
 # listens on 127.0.0.1, the real node and its pods in network namespaces of their own; state lives under
 # .tools/cluster/.
-# Tools must be built first: `ci/install-tools.sh cluster` (or `make tools`).
+# Tools must be built first: `ci/install-tools.sh demo` (what `make cluster-up` and `make demo` run).
 # Usage: testbed/up.sh            (NODES=128 CPU_NODES=2 ... see testbed/config.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
