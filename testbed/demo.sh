@@ -19,7 +19,7 @@ step_done() { log "$2 done in $((SECONDS - $1)) s (demo so far $((SECONDS - demo
 cat <<PLAN
 make demo: three steps.
   1. build what the demo runs (never what only the tests or lint use), two lanes side by side:
-$("$root/ci/install-tools.sh" --plan demo)
+$("$root/ci/install-tools.sh" --plan demo | sed "s/^/   /")
      cold on a fresh 2-core machine: about $DEMO_COLD_BUILD_MIN min; with every part built: seconds
   2. bring the local testbed up: about 2 min (most of it importing the images into the real node)
   3. install the colocated scenario with the real hooks, then helm test: about 1.5 min
@@ -47,7 +47,8 @@ rm -rf "${FSX_DIR:?}/runs/$ns/$release"
 
 log "helm install $release (colocated scenario) — hooks run for real; progress every 2 s"
 t0=$SECONDS
-helm upgrade --install "$release" "$root/charts/miles" -n "$ns" "${values[@]}" --wait --timeout 10m &
+# As on a real cluster (README, docs/runbook.md): no --wait, the wait-ready hook waits for the RayCluster
+helm upgrade --install "$release" "$root/charts/miles" -n "$ns" "${values[@]}" --timeout 10m &
 helm_pid=$!
 last=""
 while kill -0 "$helm_pid" 2>/dev/null; do

@@ -25,6 +25,7 @@ E2E_LONGEST_FIRST = (
     "test_scenarios.py",
     "test_disruption.py",
     "test_existing_checkpoints.py",
+    "test_runbook.py",
     "test_two_testbeds.py",
     "test_preflight_failures.py",
 )

@@ -62,6 +62,8 @@ def run(
     timeout: float = 900,
     env: dict[str, str] | None = None,
     stdin: str | None = None,
+    *,
+    cwd: Path = REPO,
 ) -> Result:
     full_env = {**tool_env(), **(env or {})}
     t0 = time.monotonic()
@@ -71,7 +73,7 @@ def run(
         text=True,
         timeout=timeout,
         env=full_env,
-        cwd=REPO,
+        cwd=cwd,
         check=False,
         input=stdin,
     )

@@ -1,8 +1,9 @@
 """A release over checkpoints that are already there (Helm 4, mode rayCluster, the real hooks and Ray head):
 a reinstall over a finished run is refused before anything downloads, naming the values to set; raising
 recipe.numRollout continues the run from its last checkpoint; another release pointed at the directory is
-refused, naming who wrote it. The stand-in train.py resumes from `--load` exactly as miles does (its tracker)
-and saves after the last rollout."""
+refused, naming who wrote it; a miles image whose Ray is not the chart's is refused before any download,
+and the versions read from the image are recorded. The stand-in train.py resumes from `--load` exactly as
+miles does (its tracker) and saves after the last rollout."""
 
 from __future__ import annotations
 
@@ -62,6 +63,17 @@ def test_a_finished_run_is_never_run_again_silently(namespace: str, inputs_ready
     assert "output.adoptCheckpoints=true" in log, log[-3000:]
     tb.helm("helm4", "uninstall", "other", "-n", ns, "--wait")
 
+    # a miles image whose Ray is not rayCluster.rayVersion: its version report (a pod of the image, no GPU)
+    # stops prepare-data before any download or conversion, naming both versions and the values
+    log = refused(ns, "other", *SHORT, "--set", "rayCluster.rayVersion=2.59.0")
+    image_ray = spec["rayCluster"]["rayVersion"]
+    assert f"carries Ray {image_ray}, but rayCluster.rayVersion is 2.59.0" in log, log[-3000:]
+    assert f"Set rayCluster.rayVersion={image_ray}" in log, log[-3000:]
+    assert not any(step in log for step in ("already prepared", "preparing", "fetching")), log[-3000:]
+    assert not tb.kget("pods", ns, selector="app.kubernetes.io/component=hook-image-facts")["items"]
+    assert tb.kubectl("get", "job", "other-convert", "-n", ns, check=False).rc != 0
+    tb.helm("helm4", "uninstall", "other", "-n", ns, "--wait")
+
     # more rollouts: `helm upgrade --install` over the failed reinstall continues the run after rollout 3,
     # and says so before anything long runs (prepare-data) and in the provenance record (submit)
     more = ["--set", "recipe.numRollout=5", "--set", "recipe.saveInterval=1"]
@@ -78,6 +90,12 @@ def test_a_finished_run_is_never_run_again_silently(namespace: str, inputs_ready
     assert "rollout 0:" not in log, log[-3000:]
     record = json.loads(tb.host_path(spec["output"]["provenanceFile"]).read_text())
     assert record["submissionId"] == sid
+    # the versions prepare-data read from the image on the real node (the stand-in: CPython 3.12, the
+    # chart's Ray, a CPU torch)
+    facts = record["images"]["milesFacts"]
+    assert facts["image"] == spec["images"]["miles"], facts
+    assert facts["versions"]["ray"] == spec["rayCluster"]["rayVersion"], facts
+    assert facts["versions"]["python"].startswith("3.12.") and facts["versions"]["torch"], facts
     assert record["resume"] == {
         "action": "continue",
         "checkpointDir": spec["output"]["checkpointDir"],

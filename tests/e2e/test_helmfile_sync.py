@@ -30,7 +30,12 @@ def test_dev_environment_syncs(namespace: str, inputs_ready: Callable[..., Any],
     layered = [tb.OVERLAY, *(tb.VALUES / f for f in dev["scenarios"]), DEV / "dev-release.yaml"]
     inputs_ready(layered, release, namespace)
     state = tmp_path / "testbed-state.yaml"
-    state.write_text(yaml.safe_dump({"namespace": namespace, "preValueFiles": [str(tb.OVERLAY)]}))
+    # dev is singleNode: the image's version report would run on the GPU pool, which kwok simulates here
+    no_report = tmp_path / "no-image-report.yaml"
+    no_report.write_text(yaml.safe_dump({"hooks": {"prepareData": {"imageFacts": False}}}))
+    state.write_text(
+        yaml.safe_dump({"namespace": namespace, "preValueFiles": [str(tb.OVERLAY), str(no_report)]})
+    )
     args = ["--file", str(HELMFILE), "--environment", "dev", "--state-values-file", str(state)]
     args += ["--helm-binary", str(tb.TOOLS_BIN / "helm4")]
     started = time.time()

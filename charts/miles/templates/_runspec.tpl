@@ -260,7 +260,13 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
       "flatRewardRollouts" (int $v.checks.health.flatRewardRollouts)
       "maxRepetitionFrac" $v.checks.health.maxRepetitionFrac
       "stallMinutes" (int $v.checks.health.stallMinutes)))
-  "prepare" (dict "download" $v.hooks.prepareData.download "hfEndpointEnv" $v.hooks.prepareData.hfEndpointEnv)
+  "prepare" (dict
+    "download" $v.hooks.prepareData.download
+    "hfEndpointEnv" $v.hooks.prepareData.hfEndpointEnv
+    "imageFacts" (dict
+      "enabled" (and $v.hooks.enabled $v.hooks.prepareData.enabled $v.hooks.prepareData.imageFacts (or (not $v.hooks.rbac.create) (eq (include "miles.preflightRbac" .) "true")))
+      "timeoutSeconds" (int $v.hooks.prepareData.imageFactsTimeoutSeconds)
+      "file" (printf "%s/image-facts.json" $def.output.dir)))
   "convert" (dict
     "enabled" $v.hooks.convert.enabled
     "command" $v.hooks.convert.command

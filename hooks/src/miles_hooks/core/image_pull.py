@@ -54,7 +54,14 @@ def pools(raw: RawSpec) -> dict[str, NodePoolSpec]:
     return found
 
 
-def probe_pod(raw: RawSpec, pool_name: str, pool: NodePoolSpec) -> dict[str, Any]:
+def probe_pod(
+    raw: RawSpec,
+    pool_name: str,
+    pool: NodePoolSpec,
+    purpose: str = "image-check",
+    component: str = COMPONENT,
+) -> dict[str, Any]:
+    """A pod of the miles image on ``pool`` that does nothing (``true``) as nobody, restricted."""
     release = raw["release"]
     image = raw["checks"]["image"]
     restricted = {
@@ -66,12 +73,12 @@ def probe_pod(raw: RawSpec, pool_name: str, pool: NodePoolSpec) -> dict[str, Any
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"{release['fullname']}-image-check-{pool_name}-",
+            "generateName": f"{release['fullname']}-{purpose}-{pool_name}-",
             "namespace": release["namespace"],
             "labels": {
                 "app.kubernetes.io/instance": release["name"],
                 "app.kubernetes.io/managed-by": "miles-hooks",
-                "app.kubernetes.io/component": COMPONENT,
+                "app.kubernetes.io/component": component,
             },
         },
         "spec": {
@@ -96,7 +103,8 @@ def probe_pod(raw: RawSpec, pool_name: str, pool: NodePoolSpec) -> dict[str, Any
                     "command": ["true"],
                     "resources": {
                         "requests": {"cpu": "10m", "memory": "16Mi"},
-                        "limits": {"cpu": "100m", "memory": "64Mi"},
+                        # a python3 reading package metadata (image_facts) stays well below this
+                        "limits": {"cpu": "200m", "memory": "128Mi"},
                     },
                     "securityContext": restricted,
                 }

@@ -226,9 +226,16 @@ class ChecksSpec(TypedDict):
     health: HealthSpec  # run-health thresholds used by report/helm test
 
 
+class ImageFactsSpec(TypedDict):
+    enabled: bool  # hooks.prepareData.imageFacts
+    timeoutSeconds: int  # hooks.prepareData.imageFactsTimeoutSeconds
+    file: str  # <output.dir>/image-facts.json
+
+
 class PrepareSpec(TypedDict):
     download: bool  # false: only check presence, fail if missing
     hfEndpointEnv: str
+    imageFacts: ImageFactsSpec
     sourceDir: NotRequired[str]
 
 

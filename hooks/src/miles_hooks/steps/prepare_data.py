@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from miles_hooks.core import fsutil, log, resume, writable
+from miles_hooks.core import fsutil, image_facts, kube, log, resume, writable
 from miles_hooks.core.errors import BadInput, CheckFailed
 from miles_hooks.core.runspec import RunSpec
 from miles_hooks.core.runspec_types import RawSpec
@@ -466,6 +466,7 @@ def run(spec: RunSpec, source_dir: str | None = None) -> dict[str, Any]:
     # before any download: what the job will do with the checkpoints already in output.dir (or why not)
     decision = resume.decide(raw)
     LOG.info(decision.describe(), extra={"fields": decision.as_dict()})
+    facts = record_image_facts(raw)
     results = []
     download = bool(raw["prepare"]["download"])
     source = pick_source(raw, source_dir) if download else None
@@ -474,4 +475,16 @@ def run(spec: RunSpec, source_dir: str | None = None) -> dict[str, Any]:
             results.append(check_present(target))
         else:
             results.append(ensure(target, source))
-    return {"targets": results, "resume": decision.as_dict()}
+    return {"targets": results, "resume": decision.as_dict(), "imageFacts": facts}
+
+
+def record_image_facts(raw: RawSpec) -> dict[str, Any] | None:
+    """The miles image's versions, read on the cluster (refused when its Ray is not the chart's) and kept
+    under output.dir for submit's provenance record; None when hooks.prepareData.imageFacts is off."""
+    wanted = raw["prepare"]["imageFacts"]
+    if not wanted["enabled"]:
+        return None
+    facts = image_facts.check(kube.connect(), raw).as_dict()
+    Path(wanted["file"]).parent.mkdir(parents=True, exist_ok=True)
+    fsutil.atomic_write_json(wanted["file"], facts)
+    return facts

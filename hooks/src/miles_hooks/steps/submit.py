@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from miles_hooks import __version__
-from miles_hooks.core import fsutil, log, rayjobs, resume, writable
+from miles_hooks.core import fsutil, image_facts, log, rayjobs, resume, writable
 from miles_hooks.core.entrypoint import build_entrypoint, entrypoint_resources
 from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.runspec import RunSpec, run_id
@@ -110,6 +110,7 @@ def provenance_record(
             "milesDigest": image_digest(raw["images"]["miles"]),
             "milesRollingTag": raw["images"]["milesRollingTag"],
             "hooks": raw["images"]["hooks"],
+            "milesFacts": image_facts.recorded(raw),
         },
         "model": {
             "repoId": raw["model"]["repoId"],
