@@ -201,7 +201,9 @@ def test_colocated_lifecycle(
 
     # helm test: the status pod (job state, RayCluster health) and the report pod (run health) pass
     tb.helm(helm_version, "test", rel, "-n", ns, "--timeout", "5m")
-    tb.check_hooks_api_use(ns, {"miles-preflight", "miles-wait-ready", "miles-test-status"})
+    tb.check_hooks_api_use(
+        ns, {"miles-preflight", "miles-prepare-data", "miles-wait-ready", "miles-test-status"}
+    )
 
     assert ("upgradeStrategy" in rayclusters(ns)[0]["spec"]) == (upgrade_method == "crd")
 

@@ -137,9 +137,10 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
     freed = time.monotonic() - ended_at
     assert not tb.kget("rayclusters.ray.io", namespace)["items"]
     tb.wait_for_no_ray_workers(namespace, 120)
-    # mode rayJob's hooks: preflight alone calls the API (no wait-ready, no status pod; the submitter has no
-    # token), and it was refused nothing
-    assert tb.check_hooks_api_use(namespace, {"miles-preflight"}) == {"miles-preflight"}
+    # mode rayJob's hooks: preflight and prepare-data (the image's version report) alone call the API (no
+    # wait-ready, no status pod; the submitter has no token), and they were refused nothing
+    callers = {"miles-preflight", "miles-prepare-data"}
+    assert tb.check_hooks_api_use(namespace, callers) == callers
     # uninstall: the pre-delete cleanup answers for the hooks' own pods, not for the submitter's, which
     # KubeRay's Job owns and the RayJob's deletion takes (waiting for them timed the uninstall out)
     t0 = time.monotonic()

@@ -264,7 +264,7 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
     "download" $v.hooks.prepareData.download
     "hfEndpointEnv" $v.hooks.prepareData.hfEndpointEnv
     "imageFacts" (dict
-      "enabled" (and $v.hooks.enabled $v.hooks.prepareData.enabled $v.hooks.prepareData.imageFacts (or (not $v.hooks.rbac.create) (eq (include "miles.preflightRbac" .) "true")))
+      "enabled" (eq (include "miles.imageFacts" .) "true")
       "timeoutSeconds" (int $v.hooks.prepareData.imageFactsTimeoutSeconds)
       "file" (printf "%s/image-facts.json" $def.output.dir)))
   "convert" (dict

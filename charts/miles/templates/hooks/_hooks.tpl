@@ -97,7 +97,7 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
 {{- /* the RayJob's submitter pod outlives the hook phases, and with them the hooks' own account */ -}}
 {{- $pod := dict
   "serviceAccountName" (ternary (include "miles.submitterServiceAccountName" $ctx) (include "miles.hooksServiceAccountName" $ctx) (eq $s.key "submitter"))
-  "automountToken" (has $s.key (list "preflight" "waitReady" "test" "cleanup"))
+  "automountToken" (or (has $s.key (list "preflight" "waitReady" "test" "cleanup")) (and (eq $s.key "prepareData") (include "miles.imageFacts" $ctx)))
   "restartPolicy" "Never"
   "runSpec" $s.runSpec
   "tmp" true
@@ -241,6 +241,16 @@ miles.apiDryRun: "true" when preflight sends the release's objects to the API se
 {{- define "miles.apiDryRun" -}}
 {{- $p := .Values.hooks.preflight -}}
 {{- if and .Values.hooks.enabled $p.enabled $p.apiDryRun }}true{{ end -}}
+{{- end -}}
+
+{{/*
+miles.imageFacts: "true" when prepare-data runs the miles image's version report (a pod it starts, so its pod
+gets the API token): hooks.prepareData.imageFacts, with the pods grant of preflight's Role (or the user's
+own RBAC when the chart creates none).
+*/}}
+{{- define "miles.imageFacts" -}}
+{{- $v := .Values -}}
+{{- if and $v.hooks.enabled $v.hooks.prepareData.enabled $v.hooks.prepareData.imageFacts (or (not $v.hooks.rbac.create) (include "miles.preflightRbac" .)) }}true{{ end -}}
 {{- end -}}
 
 {{/* miles.rayAuthSecretToCreate: the name of the Ray token Secret preflight creates when absent (secrets.rayAuth without existingSecret), else empty. */}}
