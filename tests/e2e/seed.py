@@ -84,7 +84,12 @@ def publish_converted(raw: dict[str, Any], mirror: Path) -> None:
     from miles_hooks.core import runspec as spec
     from miles_hooks.steps import convert, prepare_data
 
-    rs = spec.parse(json.dumps(raw), "testbed seed")
+    # the files only: the image's version report is the hook's own (a pod on the cluster), as is its record
+    seeded = {
+        **raw,
+        "prepare": {**raw["prepare"], "imageFacts": {**raw["prepare"]["imageFacts"], "enabled": False}},
+    }
+    rs = spec.parse(json.dumps(seeded), "testbed seed")
     prepare_data.run(rs, source_dir=str(mirror))
     if raw["model"]["trainBackend"] != "megatron":
         return

@@ -27,12 +27,12 @@ def test_dev_environment_syncs(namespace: str, inputs_ready: Callable[..., Any],
     release = dev["release"]
     claim = yaml.safe_load((DEV / "dev-release.yaml").read_text())["storage"]["existingClaim"]
     tb.run([str(tb.REPO / "testbed" / "storage.sh"), namespace, claim])
-    layered = [tb.OVERLAY, *(tb.VALUES / f for f in dev["scenarios"]), DEV / "dev-release.yaml"]
-    inputs_ready(layered, release, namespace)
-    state = tmp_path / "testbed-state.yaml"
     # dev is singleNode: the image's version report would run on the GPU pool, which kwok simulates here
     no_report = tmp_path / "no-image-report.yaml"
     no_report.write_text(yaml.safe_dump({"hooks": {"prepareData": {"imageFacts": False}}}))
+    layered = [tb.OVERLAY, *(tb.VALUES / f for f in dev["scenarios"]), DEV / "dev-release.yaml", no_report]
+    inputs_ready(layered, release, namespace)
+    state = tmp_path / "testbed-state.yaml"
     state.write_text(
         yaml.safe_dump({"namespace": namespace, "preValueFiles": [str(tb.OVERLAY), str(no_report)]})
     )
