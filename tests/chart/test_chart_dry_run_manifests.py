@@ -96,8 +96,10 @@ def test_off_switch_leaves_no_dry_run_rights_reads_the_namespace_and_tells_the_h
     """Without the dry run preflight still gets the manifests (it judges their pods against the namespace's
     Pod Security label) and, for that label, a get on the release's own namespace: reads only."""
     off = ("--set", "hooks.preflight.apiDryRun=false", "--set", "secrets.rayAuth.existingSecret=ray-token")
-    # the image and capacity checks start pods: writes of their own
+    # the image and capacity checks, and prepare-data's version report of the image, start pods: writes of
+    # their own
     off += ("--set", "hooks.preflight.imageCheck=false", "--set", "hooks.preflight.capacityCheck=false")
+    off += ("--set", "hooks.prepareData.imageFacts=false")
     rendered = docs(render("helm4", "colocated", off))
     (hook_copy,) = find(rendered, "ConfigMap", f"{RELEASE}-run-hook")
     kinds = {o["kind"] for o in dry_run_objects(rendered)}
