@@ -38,7 +38,8 @@ go_build_versioned() {
   (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$out" "$pkg")
 }
 
-# Helm 4 alone is what the demo runs; `build_helm_test_tools` builds the rest (Helm 3 and the chart's test tools) from the same pinned module.
+# Helm 4 alone is what the demo runs; `build_helm_test_tools` builds the rest (Helm 3 and the chart's test
+# tools) from the same pinned module.
 build_helm4() {
   local dir="$root/ci/tools/helm"
   if fresh go-helm4 "$dir/go.mod" "$dir/go.sum" && [[ -x "$tools/helmv4/helm" ]]; then log "helm 4 up to date"; return; fi
