@@ -45,3 +45,55 @@ def test_the_attempts_own_head_service_replaces_the_rayjob_named_one() -> None:
 def test_without_kuberays_dashboard_address_nothing_is_called() -> None:
     with pytest.raises(BadInput, match="RAY_DASHBOARD_ADDRESS is not set"):
         run_job.on_attempt_cluster(rayjob_spec(), {})
+
+
+class Job:
+    def __init__(self, state: str) -> None:
+        self.status = state
+
+
+class Head:
+    """A Ray head as run-job's follower sees it: a list of answers, each a Job, None (no such job) or an
+    exception (the head does not answer)."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = answers
+
+    def get_job_info(self, sid: str) -> Any:
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        if answer is None:
+            raise RuntimeError(f"Request failed with status code 404: Job {sid} does not exist.")
+        return answer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_head_that_comes_back_without_the_job_means_the_job_was_lost() -> None:
+    head = Head([Job("RUNNING"), ConnectionError("Connection refused"), ConnectionError("refused"), None])
+    clock = Clock()
+    assert run_job.await_end(head, "miles-1", clock=clock, sleep=clock.sleep) == "LOST"
+
+
+def test_a_head_that_comes_back_with_the_job_is_followed_to_its_end() -> None:
+    head = Head([ConnectionError("Connection refused"), Job("RUNNING"), Job("SUCCEEDED")])
+    clock = Clock()
+    assert run_job.await_end(head, "miles-1", clock=clock, sleep=clock.sleep) == "SUCCEEDED"
+
+
+def test_a_head_that_never_answers_again_fails_the_pod_after_the_wait() -> None:
+    head = Head([ConnectionError("Connection refused")])
+    clock = Clock()
+    with pytest.raises(CheckFailed, match=r"has not answered for 30s while following job miles-1"):
+        run_job.await_end(head, "miles-1", head_wait=30, clock=clock, sleep=clock.sleep)
+    assert 30 <= clock.now <= 34

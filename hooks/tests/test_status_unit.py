@@ -75,6 +75,7 @@ def test_a_job_submit_recorded_but_the_head_lacks_names_the_command_that_resumes
         "submittedAt": "2026-12-07T00:00:00Z",
         "latestCheckpoint": 19,
         "resumeCommand": "helm rollback miles 7 -n default",
+        "finished": None,
     }
     found = status.problems(result(job=None, lostJob=lost, driverLogs="/fsx/runs/miles/logs/x-*.log"))
     assert len(found) == 1
@@ -93,6 +94,26 @@ def test_a_job_submit_recorded_but_the_head_lacks_names_the_command_that_resumes
     (tmp_path / "provenance.json").write_text(json.dumps({"submissionId": sid, "submittedAt": "t"}))
     rayjob = status.lost_job(spec_with_output(tmp_path, "rayJob"))
     assert rayjob is not None and rayjob["resumeCommand"].startswith("kubectl get rayjob -n default")
+
+
+def test_a_lost_job_that_saved_the_runs_last_checkpoint_is_a_finished_run(tmp_path: Path) -> None:
+    spec = spec_with_output(tmp_path)
+    spec.raw["resume"]["numRollout"] = 20
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("19")
+    record = {"submissionId": spec.submission_id(), "runId": spec.run_id(), "submittedAt": "t"}
+    (tmp_path / "provenance.json").write_text(json.dumps(record))
+    lost = status.lost_job(spec)
+    assert lost is not None and lost["finished"] is not None
+    assert "holds its checkpoint iteration 19, rollout 20 of recipe.numRollout=20" in lost["finished"]
+    assert status.problems(result(job=None, lostJob=lost)) == []
+    text = status.render(result(job=None, lostJob=lost))
+    assert "finished      : the run finished" in text and "resume with" not in text
+    # one rollout short of the end is a lost run, to be resumed
+    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("18")
+    lost = status.lost_job(spec)
+    assert lost is not None and lost["finished"] is None
+    assert len(status.problems(result(job=None, lostJob=lost, driverLogs="x-*.log"))) == 1
 
 
 def test_a_cluster_waiting_for_capacity_shows_the_schedulers_reason() -> None:

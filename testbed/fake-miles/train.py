@@ -21,8 +21,10 @@ own event writer in the contract venv, so ``miles-hooks report`` reads a real ev
 Testbed-only fault injection: when ``<output dir>/testbed-flat-reward`` exists, every reward is 0.0 (a
 degenerate run, which ``report`` must fail). When ``<save>/../testbed-fail-once`` (the run's output dir)
 exists after a save, the stand-in removes that marker and exits 1, so the job's first attempt fails after a
-checkpoint and the next one runs through; the e2e tests use it to show that a retried job resumes. Upstream
-has no such hooks.
+checkpoint and the next one runs through; the e2e tests use it to show that a retried job resumes. When
+``<output dir>/testbed-hold-after-save`` names the iteration just saved, the stand-in removes it and never
+returns (a driver busy in a long rollout, or one that saved the run's last checkpoint and has yet to end):
+the e2e tests delete its Ray head then. Upstream has no such hooks.
 """
 
 import json
@@ -38,6 +40,7 @@ HOPPER = {"major": 9, "minor": 0}
 
 TRACKER = "latest_checkpointed_iteration.txt"
 FAIL_ONCE = "testbed-fail-once"
+HOLD_AFTER_SAVE = "testbed-hold-after-save"
 FLAT_REWARD = "testbed-flat-reward"
 REWARD = "rollout/raw_reward"
 REPETITION = "rollout/repetition_frac"
@@ -160,6 +163,19 @@ def take_fail_once(save: str) -> Path | None:
     return marker
 
 
+def take_hold(save: str, iteration: int) -> Path | None:
+    """Remove the hold marker and return its path when it names ``iteration``; None otherwise."""
+    marker = Path(save).parent / HOLD_AFTER_SAVE
+    try:
+        named = marker.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if named != str(iteration):
+        return None
+    marker.unlink(missing_ok=True)
+    return marker
+
+
 class Scalars:
     """miles' per-rollout TensorBoard scalars, through a writer process of the contract venv's python."""
 
@@ -269,6 +285,10 @@ def rollouts(
                 flush=True,
             )
             return 1
+        if marker := take_hold(save, i):
+            print(f"testbed train.py: holding after saving iteration {i} ({marker}, removed)", flush=True)
+            while True:
+                time.sleep(3600)
     print("testbed train.py: done", flush=True)
     return 0
 

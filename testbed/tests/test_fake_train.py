@@ -78,6 +78,49 @@ def test_the_fail_once_marker_is_taken_by_the_first_call_only(tmp_path: Path) ->
     assert train.take_fail_once(str(save)) is None
 
 
+def test_the_hold_marker_is_taken_at_the_iteration_it_names_only(tmp_path: Path) -> None:
+    save = tmp_path / "out" / "checkpoints"
+    marker = tmp_path / "out" / "testbed-hold-after-save"
+    marker.parent.mkdir()
+    marker.write_text("3\n")
+    assert train.take_hold(str(save), 1) is None and marker.exists()
+    assert train.take_hold(str(save), 3) == marker
+    assert not marker.exists()
+    assert train.take_hold(str(save), 3) is None
+
+
+class HeldError(Exception):
+    """Raised by the stand-in's sleep once it holds: the process would sleep until its Ray head is gone."""
+
+
+def test_a_held_driver_saves_its_iteration_then_never_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, ref = tmp_path / "out", tmp_path / "ref"
+    ref.mkdir()
+    out.mkdir()
+    (out / "testbed-hold-after-save").write_text("3")
+
+    class HoldingClock:
+        now = 0.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+        def sleep(self, seconds: float) -> None:
+            if seconds >= 3600:
+                raise HeldError
+            self.now += seconds
+
+    monkeypatch.setattr(train, "time", HoldingClock())
+    with pytest.raises(HeldError):
+        run_main(monkeypatch, capsys, out, ref)
+    stdout = capsys.readouterr().out
+    assert "saved checkpoint iteration 3" in stdout and "rollout 4:" not in stdout, stdout
+    assert f"holding after saving iteration 3 ({out / 'testbed-hold-after-save'}, removed)" in stdout
+    assert train.latest_iteration(str(out / "checkpoints")) == 3
+
+
 @pytest.mark.parametrize(
     ("num_rollout", "save_interval", "iterations"),
     [

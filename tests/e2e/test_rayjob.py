@@ -2,7 +2,13 @@
 owns its RayCluster; the submitter pod (the hooks image's run-job, on the real node) checks the cluster and
 submits under the RayJob's id; an attempt that fails on purpose after a checkpoint save (the stand-in
 train.py's fail-once marker) is retried by KubeRay on a new cluster, whose job loads that checkpoint; when the
-run ends the cluster and its GPU pods go (shutdownAfterJobFinishes) and the RayJob reports success."""
+run ends the cluster and its GPU pods go (shutdownAfterJobFinishes) and the RayJob reports success.
+
+A Ray head deleted mid-run (Helm 3) is a failed attempt: the submitter finds the job gone from the new head,
+and KubeRay's next attempt, on a new cluster, resumes from the checkpoint. A head deleted after the driver
+saved the run's last checkpoint (the stand-in's hold marker keeps that driver from ending) leaves a finished
+run: the next attempt trains nothing and the RayJob ends Complete.
+"""
 
 from __future__ import annotations
 
@@ -58,11 +64,10 @@ def submitter_log(ns: str, name: str) -> str:
     return res.out if res.rc == 0 else ""
 
 
-@pytest.mark.parametrize("helm", ["helm4", "helm3"])
 def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus_are_freed(
-    helm: str, namespace: str, inputs_ready: Callable[..., Any]
+    namespace: str, inputs_ready: Callable[..., Any]
 ) -> None:
-    release = "miles"
+    helm, release = "helm4", "miles"
     extra = [
         "--set", "mode=rayJob",
         "--set", "rayJob.backoffLimit=1",
@@ -73,9 +78,8 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
     out_dir = tb.host_path(raw["output"]["dir"])
     checkpoints = tb.host_path(raw["output"]["checkpointDir"])
     marker = out_dir / "testbed-fail-once"
-    if helm == "helm4":  # the retry is shown once; under Helm 3 the run goes through at the first attempt
-        out_dir.mkdir(parents=True, exist_ok=True)
-        marker.write_text("fail the first attempt after its first checkpoint save\n")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("fail the first attempt after its first checkpoint save\n")
     job_id = raw["submit"]["submissionId"]
     assert re.fullmatch(r"miles-[0-9a-f]{12}", job_id), job_id
 
@@ -106,25 +110,18 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
     assert status.get("jobId") == job_id
 
     log = submitter_log(namespace, rayjob(namespace)["metadata"]["name"])
-    if helm == "helm4":
-        assert int(status.get("failed") or 0) == 1, json.dumps(status)[:3000]
-        assert status.get("rayClusterName") != first_cluster, "the retry ran on the first attempt's cluster"
-        assert not marker.exists(), "the first attempt did not fail on purpose"
-        assert "loaded checkpoint iteration 1 from" in log and "resuming at rollout 2" in log, log[-4000:]
-    else:
-        assert int(status.get("failed") or 0) == 0, json.dumps(status)[:3000]
-        assert "no checkpoint in" in log, log[-4000:]
+    assert int(status.get("failed") or 0) == 1, json.dumps(status)[:3000]
+    assert status.get("rayClusterName") != first_cluster, "the retry ran on the first attempt's cluster"
+    assert not marker.exists(), "the first attempt did not fail on purpose"
+    assert "loaded checkpoint iteration 1 from" in log and "resuming at rollout 2" in log, log[-4000:]
     assert "checking the cluster before the run" in log, log[-4000:]  # verify ran before training
     # each attempt's driver log stays on the shared volume: the failed attempt's submitter pod, which showed
     # it, went with that attempt's cluster
     driver_logs = sorted(tb.host_path(raw["submit"]["logDir"]).glob(f"{job_id}-*.log"))
     attempts = [p.read_text() for p in driver_logs]
-    if helm == "helm4":
-        assert len(attempts) == 2, driver_logs
-        assert "failing on purpose after saving iteration 1" in attempts[0], attempts[0][-3000:]
-        assert "resuming at rollout 2" in attempts[1], attempts[1][-3000:]
-    else:
-        assert len(attempts) == 1 and "no checkpoint in" in attempts[0], driver_logs
+    assert len(attempts) == 2, driver_logs
+    assert "failing on purpose after saving iteration 1" in attempts[0], attempts[0][-3000:]
+    assert "resuming at rollout 2" in attempts[1], attempts[1][-3000:]
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == str(NUM_ROLLOUT - 1)
 
     wait_for("the run's Ray pods to go", namespace, lambda: not ray_pods(namespace), timeout=180)
@@ -146,3 +143,78 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
         f"job end -> GPU pods gone {freed:.1f}s, attempts failed {status.get('failed') or 0}, "
         f"uninstall {uninstalled:.1f}s"
     )
+
+
+NUM_ROLLOUT_LOST_HEAD = 4
+
+
+def test_a_lost_head_is_a_failed_attempt_the_next_resumes_and_a_finished_run_ends_complete(
+    namespace: str, inputs_ready: Callable[..., Any]
+) -> None:
+    helm, release = "helm3", "miles"
+    last = NUM_ROLLOUT_LOST_HEAD - 1
+    extra = [
+        "--set", "mode=rayJob",
+        "--set", "rayJob.backoffLimit=2",
+        "--set", f"recipe.numRollout={NUM_ROLLOUT_LOST_HEAD}",
+        "--set", "recipe.saveInterval=1",
+    ]  # fmt: skip
+    raw = inputs_ready(COLOCATED, release, namespace, extra)
+    out_dir = tb.host_path(raw["output"]["dir"])
+    tracker = tb.host_path(raw["output"]["checkpointDir"]) / "latest_checkpointed_iteration.txt"
+    hold = out_dir / "testbed-hold-after-save"
+    job_id = raw["submit"]["submissionId"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hold.write_text("1\n")  # the first attempt's driver: busy after its first save, as in a long rollout
+
+    def driver_logs() -> list[str]:
+        return [p.read_text() for p in sorted(tb.host_path(raw["submit"]["logDir"]).glob(f"{job_id}-*.log"))]
+
+    def holding_after(iteration: int) -> bool:
+        said = f"holding after saving iteration {iteration}"
+        saved = tracker.exists() and tracker.read_text().strip() == str(iteration)
+        return saved and said in driver_logs()[-1]
+
+    def delete_head() -> str:
+        cluster = str((rayjob(namespace).get("status") or {}).get("rayClusterName"))
+        selector = f"ray.io/node-type=head,ray.io/cluster={cluster}"
+        heads = tb.kget("pods", namespace, selector=selector)["items"]
+        tb.kubectl("delete", "pod", "-n", namespace, heads[0]["metadata"]["name"], "--wait=true")
+        return cluster
+
+    def next_attempt_after(cluster: str) -> bool:
+        status = rayjob(namespace).get("status") or {}
+        moved = status.get("rayClusterName") not in (None, "", cluster)
+        return moved and status.get("jobStatus") == "RUNNING"
+
+    tb.deploy(helm, "install", release, namespace, COLOCATED, *extra)
+    wait_for("the first attempt's driver to hold after iteration 1", namespace, lambda: holding_after(1), 300)
+    first = delete_head()
+    hold.write_text(f"{last}\n")  # the next attempt's driver: holds after saving the run's last checkpoint
+    wait_for("KubeRay's next attempt, on a new cluster", namespace, lambda: next_attempt_after(first), 300)
+    wait_for(f"the next attempt to hold after iteration {last}", namespace, lambda: holding_after(last), 300)
+    second = delete_head()
+
+    def ended() -> dict[str, Any] | None:
+        status = rayjob(namespace).get("status") or {}
+        return status if status.get("jobDeploymentStatus") in ("Complete", "Failed") else None
+
+    status = wait_for("the RayJob to end", namespace, ended, timeout=420)
+    assert status["jobDeploymentStatus"] == "Complete", json.dumps(status)[:3000]
+    assert status["jobStatus"] == "SUCCEEDED" and status.get("jobId") == job_id, json.dumps(status)[:3000]
+    assert int(status.get("failed") or 0) == 2, json.dumps(status)[:3000]
+    assert status.get("rayClusterName") not in (first, second)
+    # the third attempt's submitter: the run finished by the second attempt's job, nothing trained again
+    log = submitter_log(namespace, rayjob(namespace)["metadata"]["name"])
+    assert f"holds its checkpoint iteration {last}, rollout {NUM_ROLLOUT_LOST_HEAD} of" in log, log[-4000:]
+    assert "an earlier attempt's job saved it" in log and "records the run's end" in log, log[-4000:]
+    assert "checking the cluster before the run" not in log, log[-4000:]
+    # two starts of the training job, each log on the shared volume: the second resumed after the first save
+    attempts = driver_logs()
+    assert len(attempts) == 2, [a[:200] for a in attempts]
+    assert "no checkpoint in" in attempts[0] and "holding after saving iteration 1" in attempts[0]
+    assert "resuming at rollout 2" in attempts[1] and "rollout 1:" not in attempts[1], attempts[1][-3000:]
+    assert tracker.read_text().strip() == str(last) and not hold.exists()
+
+    wait_for("the run's Ray pods to go", namespace, lambda: not ray_pods(namespace), timeout=180)
+    tb.uninstall_cleanly(helm, release, namespace, leftovers)

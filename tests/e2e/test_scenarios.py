@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import harness as tb
@@ -66,6 +67,33 @@ def test_scenario_install(
     tb.uninstall_cleanly(helm_version, rel, namespace, leftovers)
 
 
+def report_deleted_under_prepare_data(rel: str, ns: str, values: list[Path]) -> None:
+    timeout = 900
+    argv = tb.deploy_argv("helm4", "install", rel, ns, values)
+    argv += ["--set", f"hooks.prepareData.imageFactsTimeoutSeconds={timeout}"]
+    install = tb.Background(argv)
+    try:
+        selector = f"app.kubernetes.io/instance={rel},app.kubernetes.io/component=hook-image-facts"
+
+        def report_running() -> str | None:
+            pods = tb.kget("pods", ns, selector=selector)["items"]
+            running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+            return str(running[0]["metadata"]["name"]) if running else None
+
+        pod = tb.wait_until("the version report pod to run", report_running, timeout=300, interval=1)
+        deleted = time.monotonic()
+        tb.kubectl("delete", "pod", "-n", ns, pod, "--wait=false")
+        rc, out = install.finish(timeout=300)
+        took = time.monotonic() - deleted
+    finally:
+        install.stop()
+    said = out + tb.kubectl("logs", "-n", ns, f"job/{rel}-prepare-data", check=False).out
+    assert rc != 0, out[-3000:]
+    assert took < 120, f"prepare-data ended {took:.0f}s after its report pod was deleted (timeout {timeout}s)"
+    assert "the version report of" in said, said[-3000:]
+    assert "ended early: the pod was deleted before it answered" in said, said[-3000:]
+
+
 @pytest.mark.parametrize("helm_version", ["helm4", "helm3"])
 def test_single_node_install(helm_version: str, namespace: str, inputs_ready: Callable[..., Any]) -> None:
     """mode singleNode: no KubeRay; the pre-install hooks run for real, then one training Job whose pod (the
@@ -77,6 +105,11 @@ def test_single_node_install(helm_version: str, namespace: str, inputs_ready: Ca
     # container of it would ever run (docs/testbed.md)
     no_report = ["--set", "hooks.prepareData.imageFacts=false"]
     inputs_ready(values, rel, namespace, no_report)
+    if helm_version == "helm4":
+        # which makes it a pod that never answers: deleted under prepare-data, it ends the install in
+        # seconds naming the pod, not at the report's timeout; the install retried as a user would
+        report_deleted_under_prepare_data(rel, namespace, values)
+        tb.uninstall_cleanly(helm_version, rel, namespace, leftovers)
     tb.deploy(helm_version, "install", rel, namespace, values, *no_report)
     assert tb.hook_steps(tb.journal(namespace, since=started)) == ["preflight", "prepare-data", "convert"]
     assert tb.kget("rayclusters.ray.io", namespace)["items"] == []

@@ -175,9 +175,11 @@ def do_submit(args: argparse.Namespace) -> Output:
 
 def do_run_job(args: argparse.Namespace) -> Output:
     attempt = run_job.attempt(_spec(args), dict(os.environ))
-    if not attempt.submitted:
+    if not attempt.submitted and attempt.finished is None:
         verify.run(attempt.spec, timeout=args.verify_timeout)
     submitted = submit.run(attempt.spec)
+    if submitted["state"] == "FINISHED":
+        run_job.close_finished(attempt, submitted["latestIteration"], submit.metadata(attempt.spec.raw))
     return Output({**run_job.follow_to_end(attempt), "created": submitted["created"]})
 
 

@@ -153,6 +153,7 @@ def read(api: kube.Api, raw: RawSpec) -> Facts:
     what = {
         "failed": "failed",
         "unscheduled": "found no node",
+        probe_pods.DELETED: "ended early",
     }.get(state, f"had no answer after {timeout}s (hooks.prepareData.imageFactsTimeoutSeconds)")
     raise CheckFailed(
         f"the version report of {image} on the {pool_name} pool {what}: {detail}; expected the image to "

@@ -12,6 +12,7 @@ from miles_hooks.core import kube
 from miles_hooks.core.runspec_types import RawSpec
 
 Judge = Callable[[dict[str, Any]], tuple[str, str]]
+DELETED = "deleted"
 
 
 def run(
@@ -25,9 +26,10 @@ def run(
     what: str,
 ) -> dict[str, tuple[str, str, str]]:
     """Creates ``pods`` (labelled with the release and ``component``: any left by an interrupted earlier run
-    go first) and
-    watches them until ``judge`` gives each a state in ``final`` or ``timeout`` passes. Returns, for each
-    caller's key, (pod name, state, detail); a pod with no status yet is ("", "no status yet")."""
+    go first) and watches them until ``judge`` gives each a state in ``final`` or ``timeout`` passes.
+    Returns, for each caller's key, (pod name, state, detail); a pod with no status yet is ("", "no status
+    yet"), and one deleted before it answered (evicted, drained, deleted by hand) is ``DELETED``: no answer
+    will come, so it is not waited for."""
     # kubernetes is imported on use: the CLI that imports this also runs convert in the miles image
     from kubernetes import watch  # noqa: PLC0415
 
@@ -39,7 +41,7 @@ def run(
     deadline = time.monotonic() + timeout
 
     def decided() -> bool:
-        return all(last.get(n, ("",))[0] in final for n in names)
+        return all(last.get(n, ("",))[0] in (*final, DELETED) for n in names)
 
     _delete_all(core, namespace, selector, what)
     try:
@@ -55,8 +57,14 @@ def run(
                     core.list_namespaced_pod, namespace, label_selector=selector, timeout_seconds=remaining
                 ):
                     pod = api.to_dict(event["object"])
-                    if pod["metadata"]["name"] in names and event["type"] != "DELETED":
-                        last[pod["metadata"]["name"]] = judge(pod)
+                    name = pod["metadata"]["name"]
+                    if name not in names or last.get(name, ("",))[0] in final:
+                        pass
+                    elif event["type"] == "DELETED":
+                        node = (pod.get("spec") or {}).get("nodeName") or "no node"
+                        last[name] = (DELETED, f"the pod was deleted before it answered (on {node})")
+                    else:
+                        last[name] = judge(pod)
                     if decided():
                         w.stop()
                         break

@@ -13,6 +13,11 @@ anything long runs (prepare-data, the first step with the shared volume) the dir
   from someone else's weights.
 
 ``submit`` records the same judgement in the provenance record.
+
+One case is not a new job at all: the run's own job saved its last checkpoint and then vanished before Ray
+could call it finished (its Ray head was lost while the driver, on a worker, saved the last rollout). The
+provenance record names this very run (``runId``) and the checkpoints are complete: ``finished_here`` says
+so, and submit and run-job report the run finished instead of refusing it or training it again.
 """
 
 from __future__ import annotations
@@ -95,6 +100,26 @@ def foreign_writer(raw: RawSpec, record: Any) -> str | None:
         theirs = f"{model.get('repoId')}@{model.get('revision')}"
         return f"model {theirs} (this release trains {ours['repoId']}@{ours['revision']})"
     return None
+
+
+def finished_here(raw: RawSpec) -> int | None:
+    """The last checkpoint's iteration when this very run (the provenance record's ``runId``) saved it and
+    it ends the run (rollout ``numRollout`` or later); None otherwise."""
+    latest = latest_iteration(Path(raw["output"]["checkpointDir"]))
+    if latest is None or latest + 1 < int(raw["resume"]["numRollout"]):
+        return None
+    record = fsutil.read_json(raw["output"]["provenanceFile"])
+    if not isinstance(record, dict) or record.get("runId") != raw["run"]["id"]:
+        return None
+    return latest
+
+
+def describe_finished(raw: RawSpec, latest: int) -> str:
+    return (
+        f"the run finished: {raw['output']['checkpointDir']} holds its checkpoint iteration {latest}, "
+        f"rollout {latest + 1} of recipe.numRollout={raw['resume']['numRollout']}, saved by this run's own "
+        "job (the provenance record's runId); nothing is left to train"
+    )
 
 
 def decide(raw: RawSpec) -> Resume:

@@ -31,6 +31,7 @@ from miles_hooks.core import (
     kuberay_operator,
     log,
     pod_security,
+    probe_pods,
     ray_token,
 )
 from miles_hooks.core.errors import CheckFailed
@@ -763,6 +764,8 @@ def pull_findings(raw: RawSpec, outcomes: list[image_pull.Outcome]) -> list[Find
             out.append(
                 Finding(WARNING, subject, f"{image} not checked {where}: no node took the pod ({o.detail})")
             )
+        elif o.state == probe_pods.DELETED:
+            out.append(Finding(WARNING, subject, f"{image} not checked {where}: {o.detail}"))
         else:
             out.append(
                 Finding(

@@ -16,6 +16,17 @@ Ray pods do not carry: it never has an endpoint.) The steps:
 4. The job's log until it ends. Its outcome is KubeRay's to read from Ray: a job that failed ends this pod
    with 0, and KubeRay retries the run; only a submission that could not be made exits non-zero.
 
+A lost Ray head (its pod deleted, its node gone) takes Ray's job table with it. While KubeRay starts a new
+head this pod waits for it to answer (``HEAD_WAIT_SECONDS``); the new head does not know the job, and the
+run's driver goes with the old cluster's workers, so the job is LOST: this pod ends with 0 and KubeRay
+counts a failed attempt ("Submitter completed but Ray job not found in RayCluster") and starts the next on
+a new cluster, which resumes from the latest checkpoint.
+
+A driver may outlive its head long enough to save the run's last checkpoint (a worker's raylet waits 60 s
+for a new GCS). The next attempt then finds the run finished by this run's own job (``resume.finished_here``):
+it trains nothing, and submits under the id a job that only says so, so that Ray and KubeRay report the
+RayJob Complete instead of failing every attempt on a run that is done.
+
 Steps never import each other: the command line strings this module's parts with verify's and submit's.
 """
 
@@ -24,9 +35,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import log, rayjobs
+from miles_hooks.core import log, rayjobs, resume
 from miles_hooks.core.errors import BadInput, CheckFailed
 from miles_hooks.core.runspec import RunSpec
 
@@ -34,6 +49,9 @@ LOG = log.get("run-job")
 
 KUBERAY_JOB_ID_ENV = "RAY_JOB_SUBMISSION_ID"
 KUBERAY_DASHBOARD_ENV = "RAY_DASHBOARD_ADDRESS"
+# how long a head that stopped answering may take to come back (KubeRay replaces a deleted head pod in well
+# under a minute; an image pull on a new node takes longer)
+HEAD_WAIT_SECONDS = 600.0
 
 
 def on_attempt_cluster(spec: RunSpec, environ: dict[str, str]) -> RunSpec:
@@ -83,7 +101,50 @@ def follow(cl: Any, sid: str) -> str:
             "the job's log stream ended early; waiting for the job to end",
             extra={"fields": {"submission_id": sid, "error": str(exc)[:200]}},
         )
-    return rayjobs.wait_terminal(cl, sid, timeout=float("inf"))
+    return await_end(cl, sid)
+
+
+def await_end(
+    cl: Any,
+    sid: str,
+    head_wait: float = HEAD_WAIT_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """The job's final state, or LOST when the head, answering again, no longer knows the job. A head that
+    does not answer is waited for up to ``head_wait`` seconds (KubeRay replacing a lost head pod)."""
+    silent_since: float | None = None
+    delay = 0.5
+    while True:
+        try:
+            job = rayjobs.get_job(cl, sid)
+        except (OSError, CheckFailed) as exc:  # requests' ConnectionError is an OSError
+            now = clock()
+            if silent_since is None:
+                silent_since = now
+                LOG.warning(
+                    "the Ray head does not answer; waiting for it (KubeRay replaces a lost head pod)",
+                    extra={"fields": {"submission_id": sid, "error": str(exc)[:200]}},
+                )
+            elif now - silent_since >= head_wait:
+                raise CheckFailed(
+                    f"run-job: the Ray head has not answered for {head_wait:.0f}s while following job {sid} "
+                    f"({str(exc)[:200]}); expected KubeRay to replace a lost head within that time. This pod "
+                    "exits 1: KubeRay retries it (rayJob.submitter.backoffLimit), then the run on a new "
+                    "cluster (rayJob.backoffLimit)"
+                ) from exc
+            sleep(2.0)
+            continue
+        if silent_since is not None:
+            LOG.info("the Ray head answers again", extra={"fields": {"submission_id": sid}})
+            silent_since = None
+        if job is None:
+            return "LOST"
+        state = rayjobs.status_name(job.status)
+        if state in rayjobs.TERMINAL:
+            return state
+        sleep(delay)
+        delay = min(delay * 1.5, 5.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +154,7 @@ class Attempt:
     spec: RunSpec
     submission_id: str
     submitted: bool
+    finished: int | None = None  # the last checkpoint, when an earlier attempt's job finished the run
 
 
 def attempt(spec: RunSpec, environ: dict[str, str]) -> Attempt:
@@ -102,14 +164,38 @@ def attempt(spec: RunSpec, environ: dict[str, str]) -> Attempt:
         "this attempt's cluster", extra={"fields": {"dashboard": spec.dashboard_url, "submission_id": sid}}
     )
     existing = rayjobs.get_job(rayjobs.client(spec.dashboard_url), sid)
-    if existing is None:
-        LOG.info("checking the cluster before the run", extra={"fields": {"submission_id": sid}})
-    else:
+    if existing is not None:
         LOG.info(
             "the job is already on this cluster (a retried submitter): following it",
             extra={"fields": {"submission_id": sid, "state": rayjobs.status_name(existing.status)}},
         )
-    return Attempt(spec, sid, existing is not None)
+        return Attempt(spec, sid, submitted=True)
+    finished = resume.finished_here(spec.raw)
+    if finished is not None:
+        LOG.info(
+            resume.describe_finished(spec.raw, finished) + " (an earlier attempt's job saved it, then lost "
+            "its Ray head before Ray could record the end)",
+            extra={"fields": {"submission_id": sid, "latest_iteration": finished}},
+        )
+        return Attempt(spec, sid, submitted=False, finished=finished)
+    LOG.info("checking the cluster before the run", extra={"fields": {"submission_id": sid}})
+    return Attempt(spec, sid, submitted=False)
+
+
+def close_finished(run: Attempt, latest: int, metadata: dict[str, str]) -> None:
+    """Submit under the run's id a job that only says the run finished: KubeRay calls a RayJob Complete
+    from its job's state, and this attempt has no other job to show it."""
+    said = resume.describe_finished(run.spec.raw, latest)
+    rayjobs.submit_job(
+        rayjobs.client(run.spec.dashboard_url),
+        entrypoint="echo " + shlex.quote(f"miles-hooks run-job: {said}; this job records the run's end"),
+        submission_id=run.submission_id,
+        metadata=metadata,
+    )
+    LOG.info(
+        "submitted a job that records the run's end, so that the RayJob ends Complete",
+        extra={"fields": {"submission_id": run.submission_id}},
+    )
 
 
 def follow_to_end(run: Attempt) -> dict[str, Any]:
@@ -117,6 +203,19 @@ def follow_to_end(run: Attempt) -> dict[str, Any]:
     cl = rayjobs.client(run.spec.dashboard_url)
     LOG.info("following the job's log", extra={"fields": {"submission_id": run.submission_id}})
     state = follow(cl, run.submission_id)
+    if state == "LOST":
+        raw = run.spec.raw
+        latest = resume.latest_iteration(Path(raw["output"]["checkpointDir"]))
+        start = "the start (no complete checkpoint)" if latest is None else f"checkpoint {latest}"
+        message = (
+            f"Ray job {run.submission_id} is no longer on the Ray head: the head was replaced (a new head "
+            "starts with an empty job table) and the run's driver ends with the old cluster. This attempt "
+            "ends; KubeRay counts it failed (Submitter completed but Ray job not found in RayCluster) and "
+            f"starts the next on a new cluster (rayJob.backoffLimit), which resumes from {start}. The "
+            f"driver's log: {raw['submit']['logDir']}/{run.submission_id}-*.log"
+        )
+        LOG.warning(message, extra={"fields": {"submission_id": run.submission_id, "state": state}})
+        return {"submissionId": run.submission_id, "state": state, "message": message}
     job = rayjobs.get_job(cl, run.submission_id)
     message = str(getattr(job, "message", "") or "")
     retried = (

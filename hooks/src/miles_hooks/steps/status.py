@@ -7,7 +7,9 @@ A job that submit recorded (the provenance file) but the head does not know was 
 Ray keeps its job table in the head's GCS, so a replaced head pod starts with none, and the run's driver died
 with the old cluster. In mode rayCluster nothing resubmits it by itself; status says so, with the latest
 checkpoint it resumes from and the one command that resubmits it (a rollback to the current revision runs
-the post-rollback submit, which finds the job absent and submits it again under the same id).
+the post-rollback submit, which finds the job absent and submits it again under the same id). When the
+lost job's driver saved the run's last checkpoint before it ended, the run is finished, not lost: status
+says so and passes, and the same submit submits nothing.
 """
 
 from __future__ import annotations
@@ -98,10 +100,12 @@ def lost_job(spec: RunSpec) -> dict[str, Any] | None:
         command = f"kubectl get rayjob -n {release['namespace']} (KubeRay retries the run on a new cluster)"
     else:
         command = f"helm rollback {release['name']} {release['revision']} -n {release['namespace']}"
+    finished = resume.finished_here(raw)
     return {
         "submittedAt": record.get("submittedAt"),
         "latestCheckpoint": resume.latest_iteration(Path(raw["output"]["checkpointDir"])),
         "resumeCommand": command,
+        "finished": None if finished is None else resume.describe_finished(raw, finished),
     }
 
 
@@ -111,7 +115,7 @@ def problems(result: dict[str, Any]) -> list[str]:
         out.append(f"Ray GCS not healthy: {result['gcsDetail']}")
     job = result["job"]
     lost = result.get("lostJob")
-    if result["gcsHealthy"] and job is None and lost:
+    if result["gcsHealthy"] and job is None and lost and not lost.get("finished"):
         latest = lost["latestCheckpoint"]
         start = "from the start (no complete checkpoint)" if latest is None else f"from checkpoint {latest}"
         out.append(
@@ -120,7 +124,7 @@ def problems(result: dict[str, Any]) -> list[str]:
             f"and the run stopped with the old one. Resubmit it under the same id, {start}: "
             f"{lost['resumeCommand']}. Its driver logs: {result['driverLogs']}"
         )
-    elif result["gcsHealthy"] and job is None:
+    elif result["gcsHealthy"] and job is None and not lost:
         out.append(f"no Ray job {result['submissionId']} (expected the submit hook to have created it)")
     elif job is not None and job["state"] in ("FAILED", "STOPPED"):
         out.append(
@@ -147,7 +151,10 @@ def render(result: dict[str, Any]) -> str:
     lost = result.get("lostJob")
     if lost:
         lines.append(f"submitted     : {lost['submittedAt']} (provenance); lost with an earlier Ray head")
-        lines.append(f"resume with   : {lost['resumeCommand']}")
+        if lost.get("finished"):
+            lines.append(f"finished      : {lost['finished']}")
+        else:
+            lines.append(f"resume with   : {lost['resumeCommand']}")
     if result.get("driverLogs"):
         lines.append(f"driver logs   : {result['driverLogs']}")
     cluster = result.get("rayCluster")

@@ -243,6 +243,16 @@ def run(spec: RunSpec, stop_timeout: float = DEFAULT_STOP_TIMEOUT, dry_run: bool
             started = (existing.start_time or time.time() * 1000) / 1000.0
             path = write_provenance(spec, sid, entrypoint, started, cl, created=False)
             return {"submissionId": sid, "created": False, "state": state, "provenance": path}
+    finished = resume.finished_here(raw)
+    if finished is not None:
+        # its job vanished with a lost Ray head after the last save: submitting it again would load the
+        # last checkpoint and train nothing, and refusing it would call a finished run a mistake
+        LOG.info(
+            resume.describe_finished(raw, finished) + "; nothing to submit",
+            extra={"fields": {"submission_id": sid, "latest_iteration": finished}},
+        )
+        return {"submissionId": sid, "created": False, "state": "FINISHED", "latestIteration": finished}
+    if existing is not None:
         LOG.info(
             "the job of this run spec was stopped (a rollback, or an upgrade back to this spec): "
             "submitting it again under the same id; it resumes from its latest checkpoint",
