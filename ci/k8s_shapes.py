@@ -147,3 +147,66 @@ def dns_subdomain_or_empty_schema() -> dict[str, Any]:
 def config_key_schema() -> dict[str, Any]:
     f = name_formats()
     return _string(str(f["configMapKeyFmt"]), int(f["DNS1123SubdomainMaxLength"]))
+
+
+def _crd_patterns(crd: pathlib.Path) -> set[str]:
+    """Every `pattern:` of a CRD's OpenAPI schema."""
+    import yaml  # PyYAML: the venv's, as ci/kubeconform/gen-schemas.py uses it
+
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                found.add(node["pattern"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(yaml.safe_load(crd.read_text()))
+    return found
+
+
+@cache
+def quantity_schema() -> dict[str, Any]:
+    """A resource quantity as the API server takes it: a string in resource.Quantity's syntax (the pattern
+    controller-gen writes for every Quantity field, read from the pinned KubeRay CRD), or a number. Without a
+    sign: requests, limits and capacities below zero are refused (ValidateResourceQuantityValue)."""
+    gen = _kubeconform_gen()
+    newest = gen.read_versions()["KUBERAY_VERSIONS"].split()[-1]
+    crd = (
+        gen.module_dir("github.com/ray-project/kuberay/ray-operator", newest)
+        / "config/crd/bases/ray.io_rayclusters.yaml"
+    )
+    signed = [p for p in _crd_patterns(crd) if p.startswith("^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))")]
+    if len(signed) != 1:
+        raise SystemExit(f"{crd}: expected one resource.Quantity pattern, found {len(signed)}")
+    # ParseQuantity takes a whole exponent only ("1e3", not the "1e1.5" the CRD's pattern lets through)
+    exponent = "([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+)))"
+    if exponent not in signed[0]:
+        raise SystemExit(f"{crd}: the resource.Quantity pattern has no exponent part {exponent}")
+    unsigned = "^\\+?" + signed[0].removeprefix("^(\\+|-)?").replace(exponent, "([eE](\\+|-)?[0-9]+)")
+    return {
+        "type": ["string", "number"],
+        "pattern": unsigned,
+        "minimum": 0,
+        "description": "Kubernetes quantity: 8Gi, 500m, 1.5, 1e3, 0.5 or 68719476736 (resource.Quantity)",
+    }
+
+
+@cache
+def prometheus_duration_schema() -> dict[str, Any]:
+    """A Prometheus duration as prometheus-operator's PodMonitor CRD takes it (30s, 1m30s, 1h), read from the
+    pinned CRD: compound units, no fractions."""
+    gen = _kubeconform_gen()
+    version = gen.read_versions()["PROMETHEUS_OPERATOR_VERSION"]
+    crd = (
+        gen.module_dir("github.com/prometheus-operator/prometheus-operator", version)
+        / "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml"
+    )
+    durations = [p for p in _crd_patterns(crd) if p.startswith("^(0|(([0-9]+)y)?")]
+    if len(set(durations)) != 1:
+        raise SystemExit(f"{crd}: expected one Duration pattern, found {sorted(set(durations))}")
+    return {"type": "string", "pattern": durations[0], "description": "Prometheus duration (30s, 1m30s)"}

@@ -23,10 +23,6 @@ import k8s_shapes
 
 CHART = pathlib.Path(__file__).resolve().parents[1] / "charts" / "miles"
 vals = yaml.safe_load((CHART / "values.yaml").read_text())
-Q = {
-    "type": ["string", "integer"],
-    "pattern": r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$",
-}
 
 
 def api(name):
@@ -58,7 +54,8 @@ env_var["properties"]["name"] = {
     "pattern": f"^{k8s_shapes.name_formats()['envVarNameFmt']}$",
 }
 defs = {
-    "quantity": {"description": "Kubernetes quantity", **Q},
+    "quantity": k8s_shapes.quantity_schema(),
+    "prometheusDuration": k8s_shapes.prometheus_duration_schema(),
     "resourceMap": {
         "type": "object",
         "patternProperties": {LABEL_KEY: {"$ref": "#/definitions/quantity"}},
@@ -402,8 +399,8 @@ OVERRIDES = {
         "minimum": 0,
         "pattern": "^[0-9]+%?$",
     },
-    "reward.podMonitor.interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
-    "rayCluster.podMonitor.interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+    "reward.podMonitor.interval": {"$ref": "#/definitions/prometheusDuration"},
+    "rayCluster.podMonitor.interval": {"$ref": "#/definitions/prometheusDuration"},
     "dashboards.annotations": {"$ref": "#/definitions/annotations"},
     "reward.terminationGracePeriodSeconds": {"type": "integer", "minimum": 0},
     "cluster.hyperpod.healthTaintTolerationSeconds": {"type": "integer", "minimum": 0},

@@ -184,7 +184,7 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- $pools := include "miles.pools" . | fromJson -}}
 {{- $convertRequests := dict -}}
 {{- range $name, $quantity := (($v.hooks.convert.resources | default dict).requests | default dict) -}}
-{{- $_ := set $convertRequests $name (toString $quantity) -}}
+{{- $_ := set $convertRequests $name (include "miles.quantityText" $quantity) -}}
 {{- end -}}
 {{- /* whether the GPU convert pod runs in this phase (preflight checks its pool then): on install or its retry (miles.installPending), and on another upgrade only when its hook annotation names pre-upgrade */ -}}
 {{- $convertRuns := and $v.hooks.convert.enabled (or .Release.IsInstall (eq (include "miles.installPending" .) "true") (contains "pre-upgrade" (toString (index $v.hooks.convert.annotations "helm.sh/hook")))) -}}

@@ -114,7 +114,7 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- /* miles/ray/placement_group.py: one {GPU: 1, CPU: 1} bundle per actor or rollout GPU on the workers */ -}}
 {{- $workerCpu := include "miles.quantityBytes" (default "" $v.rayCluster.workers.resources.requests.cpu) | float64 -}}
 {{- if and (ne $v.mode "singleNode") (ge $workerCpu 0.0) (lt $workerCpu (float64 $gpw)) -}}
-{{- $e = append $e (printf "rayCluster.workers.resources.requests.cpu: expected at least topology.gpusPerWorker (%d): miles places one CPU with each GPU, found %s" $gpw (toString $v.rayCluster.workers.resources.requests.cpu)) -}}
+{{- $e = append $e (printf "rayCluster.workers.resources.requests.cpu: expected at least topology.gpusPerWorker (%d): miles places one CPU with each GPU, found %s" $gpw (include "miles.quantityText" $v.rayCluster.workers.resources.requests.cpu)) -}}
 {{- end -}}
 {{- /* miles/utils/http_utils.py init_http_client: --use-distributed-post pins an HTTP actor (0.001 CPU) to every Ray node, the head included, and a 0-CPU head never schedules it */ -}}
 {{- if and (ne $v.mode "singleNode") (eq (int $v.rayCluster.head.gpus) 0) (has "--use-distributed-post" $r.extraArgs) -}}
@@ -159,14 +159,14 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $headShm := include "miles.quantityBytes" $v.rayCluster.head.shmSize | float64 -}}
 {{- $headMem := include "miles.quantityBytes" (default "" $v.rayCluster.head.resources.limits.memory) | float64 -}}
 {{- if or (lt $headShm 0.0) (lt $headMem 0.0) -}}
-{{- $e = append $e (printf "rayCluster.head.shmSize / rayCluster.head.resources.limits.memory: expected Kubernetes quantities, found %q / %q" (toString $v.rayCluster.head.shmSize) (toString $v.rayCluster.head.resources.limits.memory)) -}}
+{{- $e = append $e (printf "rayCluster.head.shmSize / rayCluster.head.resources.limits.memory: expected Kubernetes quantities, found %q / %q" (include "miles.quantityText" $v.rayCluster.head.shmSize) (include "miles.quantityText" $v.rayCluster.head.resources.limits.memory)) -}}
 {{- else if gt $headShm $headMem -}}
-{{- $e = append $e (printf "rayCluster.head.shmSize: expected at most rayCluster.head.resources.limits.memory (%s), found %s" (toString $v.rayCluster.head.resources.limits.memory) (toString $v.rayCluster.head.shmSize)) -}}
+{{- $e = append $e (printf "rayCluster.head.shmSize: expected at most rayCluster.head.resources.limits.memory (%s), found %s" (include "miles.quantityText" $v.rayCluster.head.resources.limits.memory) (include "miles.quantityText" $v.rayCluster.head.shmSize)) -}}
 {{- end -}}
 {{- $wShm := include "miles.quantityBytes" $v.gpuPods.shmSize | float64 -}}
 {{- $wMem := include "miles.quantityBytes" (default "" $v.rayCluster.workers.resources.limits.memory) | float64 -}}
 {{- if and (ge $wShm 0.0) (ge $wMem 0.0) (gt $wShm $wMem) -}}
-{{- $e = append $e (printf "gpuPods.shmSize: expected at most rayCluster.workers.resources.limits.memory (%s), found %s" (toString $v.rayCluster.workers.resources.limits.memory) (toString $v.gpuPods.shmSize)) -}}
+{{- $e = append $e (printf "gpuPods.shmSize: expected at most rayCluster.workers.resources.limits.memory (%s), found %s" (include "miles.quantityText" $v.rayCluster.workers.resources.limits.memory) (include "miles.quantityText" $v.gpuPods.shmSize)) -}}
 {{- end -}}
 {{- $full := include "miles.fullname" . -}}
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) -}}
@@ -244,7 +244,7 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $rq := include "miles.quantityBytes" $req | float64 -}}
 {{- $lm := include "miles.quantityBytes" (get $limits $name) | float64 -}}
 {{- if and (ge $rq 0.0) (ge $lm 0.0) (gt $rq $lm) -}}
-{{- $e = append $e (printf "%s.requests.%s: expected at most %s.limits.%s (%s), found %s" (index $r 0) $name (index $r 0) $name (toString (get $limits $name)) (toString $req)) -}}
+{{- $e = append $e (printf "%s.requests.%s: expected at most %s.limits.%s (%s), found %s" (index $r 0) $name (index $r 0) $name (include "miles.quantityText" (get $limits $name)) (include "miles.quantityText" $req)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -275,7 +275,7 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $shm := include "miles.quantityBytes" (index $p 1) | float64 -}}
 {{- $mem := include "miles.quantityBytes" (index $p 2) | float64 -}}
 {{- if and (index $p 4) (index $p 2) (ge $shm 0.0) (ge $mem 0.0) (gt $shm $mem) -}}
-{{- $e = append $e (printf "%s: expected at most %s (%s), found %s" (index $p 3) (index $p 0) (toString (index $p 2)) (toString (index $p 1))) -}}
+{{- $e = append $e (printf "%s: expected at most %s (%s), found %s" (index $p 3) (index $p 0) (include "miles.quantityText" (index $p 2)) (include "miles.quantityText" (index $p 1))) -}}
 {{- end -}}
 {{- end -}}
 {{- /* an image reference is repository[:tag][@digest]; a repository carrying its own tag or digest renders repo:a:b */ -}}
@@ -573,18 +573,32 @@ cannot hide a match; a false alarm only costs the walk) */ -}}
 {{- end -}}
 
 {{/*
-miles.quantityBytes: a Kubernetes quantity ("8Gi", "500M", "1.5Ti", "2") -> bytes as a float string;
-"-1" when it cannot be parsed (the validation reports it).
+miles.quantityBytes: a Kubernetes quantity -> its value as a float string, in every form resource.ParseQuantity
+takes ("8Gi", "500m", "100n", "1.5", ".5", "5.", "+2", "1e3", "1E3"; "1E" is an exa), and numbers (YAML's 0.5,
+or 68719476736, which Helm holds as a float and prints as "6.8719476736e+10"); "-1" when it cannot be parsed
+(the validation reports it).
 */}}
 {{- define "miles.quantityBytes" -}}
 {{- $q := toString . -}}
-{{- $m := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $m := regexFind "^\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)" $q -}}
 {{- $suffix := trimPrefix $m $q -}}
-{{- $mult := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 "m" 0.001 -}}
+{{- $mult := dict "" 1.0 "n" 1e-9 "u" 1e-6 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
 {{- if and $m (hasKey $mult $suffix) -}}
 {{- mulf (float64 $m) (get $mult $suffix) -}}
+{{- else if and $m (regexMatch "^[eE][-+]?[0-9]+$" $suffix) -}}
+{{- float64 $q -}}
 {{- else -}}
 -1
+{{- end -}}
+{{- end -}}
+
+{{/* miles.quantityText: a quantity as the user wrote it; a whole number that Helm holds as a float (68719476736)
+printed whole, not as 6.8719476736e+10. */}}
+{{- define "miles.quantityText" -}}
+{{- if and (kindIs "float64" .) (lt (float64 .) 9e18) (eq (float64 (int64 .)) (float64 .)) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
 {{- end -}}
 {{- end -}}
 
