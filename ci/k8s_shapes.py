@@ -210,3 +210,34 @@ def prometheus_duration_schema() -> dict[str, Any]:
     if len(set(durations)) != 1:
         raise SystemExit(f"{crd}: expected one Duration pattern, found {sorted(set(durations))}")
     return {"type": "string", "pattern": durations[0], "description": "Prometheus duration (30s, 1m30s)"}
+
+
+def _chart_kube_floor() -> str:
+    """The oldest Kubernetes minor the chart supports (Chart.yaml kubeVersion ">=1.34.0-0" -> "1.34")."""
+    chart = (HERE.parent / "charts" / "miles" / "Chart.yaml").read_text()
+    found = re.search(r'^kubeVersion:\s*"?>=\s*v?([0-9]+\.[0-9]+)', chart, re.M)
+    if not found:
+        raise SystemExit('charts/miles/Chart.yaml: expected kubeVersion ">=1.N..."')
+    return found.group(1)
+
+
+@cache
+def env_var_name_schema() -> dict[str, Any]:
+    """A pod env var's name as the API server takes it on every Kubernetes the chart supports. From the
+    pinned sources: when RelaxedEnvironmentVariableValidation is GA and locked on at or before the chart's
+    kubeVersion floor (pkg/features/kube_features.go), ValidateEnv checks IsRelaxedEnvVarName (any printable
+    ASCII but '=', apimachinery's validation.go); else the C-identifier-like envVarNameFmt."""
+    gen = _kubeconform_gen()
+    source = gen.module_dir("k8s.io/kubernetes", kubernetes_version()) / "pkg/features/kube_features.go"
+    gate = re.search(r"RelaxedEnvironmentVariableValidation: \{(.*?)\n\t\},", source.read_text(), re.S)
+    if not gate:
+        raise SystemExit(f"{source}: expected the RelaxedEnvironmentVariableValidation gate's versions")
+    locked = re.findall(
+        r'version\.MustParse\("([0-9.]+)"\), Default: true, PreRelease: featuregate\.GA, LockToDefault: true',
+        gate.group(1),
+    )
+    floor = tuple(int(p) for p in _chart_kube_floor().split("."))
+    if locked and tuple(int(p) for p in locked[0].split(".")) <= floor:
+        # unicode.IsPrint on ASCII: the space and 0x21-0x7e; '=' (0x3d) excluded
+        return {"type": "string", "pattern": "^[ -<>-~]+$"}
+    return _string(str(name_formats()["envVarNameFmt"]), 1 << 20)

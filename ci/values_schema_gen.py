@@ -49,10 +49,7 @@ toleration["properties"]["operator"]["enum"] = ["Exists", "Equal"]
 toleration["properties"]["effect"]["enum"] = ["", "NoSchedule", "PreferNoSchedule", "NoExecute"]
 env_var = api("io.k8s.api.core.v1.EnvVar")
 env_var["required"] = ["name"]
-env_var["properties"]["name"] = {
-    "type": "string",
-    "pattern": f"^{k8s_shapes.name_formats()['envVarNameFmt']}$",
-}
+env_var["properties"]["name"] = k8s_shapes.env_var_name_schema()
 defs = {
     "quantity": k8s_shapes.quantity_schema(),
     "prometheusDuration": k8s_shapes.prometheus_duration_schema(),

@@ -1,7 +1,9 @@
-// kubeforms answers, for each JSON line {"kind": "quantity"|"duration", "value": "..."} on stdin, whether the
-// real upstream parser takes the value and what it means: resource.ParseQuantity (k8s.io/apimachinery, the
-// API server's own) and model.ParseDuration (github.com/prometheus/common, Prometheus' own). tests/chart
-// feeds it the forms a user may write and holds the values schema and the chart's arithmetic to its answers.
+// kubeforms answers, for each JSON line {"kind": "quantity"|"duration"|"envVarName", "value": "..."} on stdin,
+// whether upstream's own code takes the value and what it means: resource.ParseQuantity (k8s.io/apimachinery,
+// the API server's own), model.ParseDuration (github.com/prometheus/common, Prometheus' own) and
+// validation.IsRelaxedEnvVarName (apimachinery: the API server's check of a pod env var's name from
+// Kubernetes 1.34). tests/chart feeds it the forms a user may write and holds the values schema and the
+// chart's arithmetic to its answers.
 package main
 
 import (
@@ -12,6 +14,7 @@ import (
 
 	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 type question struct {
@@ -48,6 +51,12 @@ func main() {
 				a.Error = err.Error()
 			} else {
 				a.OK, a.Float = true, float64(d)/1e9
+			}
+		case "envVarName":
+			if errs := validation.IsRelaxedEnvVarName(q.Value); len(errs) > 0 {
+				a.Error = errs[0]
+			} else {
+				a.OK = true
 			}
 		default:
 			fmt.Fprintf(os.Stderr, "kubeforms: unknown kind %q\n", q.Kind)

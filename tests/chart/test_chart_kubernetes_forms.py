@@ -1,4 +1,5 @@
-"""Every form of a quantity or a duration that the upstream parsers take, the chart takes, and means the same.
+"""Every form of a quantity, a duration or an env var name that upstream takes, the chart takes, and means the
+same.
 
 The judge is upstream's own code, built from the pinned modules by ci/kubeforms: the API server's
 resource.ParseQuantity (k8s.io/apimachinery) and Prometheus' model.ParseDuration. For each form a user may
@@ -33,6 +34,9 @@ NOT_QUANTITIES = [
 BARE_SUFFIXES = ["Gi", "e3", "k", "m", "."]
 DURATIONS = ["0", "0s", "30s", "500ms", "1m30s", "90s", "2h45m", "1h", "1d", "1w", "1y", "1y2w3d4h5m6s7ms"]
 NOT_DURATIONS = ["1.5s", "-1s", "1m 30s", "30", "30sec", "1h1d", "30S", "1s1m", "m"]
+# a pod env var's name (the *.extraEnv lists); Kubernetes 1.34 checks only for printable ASCII without '='
+ENV_NAMES = ["HF_HOME", "1ST", "my-var", "my.var", "a b", "x:y", "~", "lower", "NCCL_DEBUG"]
+NOT_ENV_NAMES = ["", "A=B", "é", "TAB\t", "NL\n", "\u00a0"]
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +76,8 @@ def test_the_corpus_is_what_upstream_says(upstream: Any) -> None:
     assert {(a["ok"], a["float"]) for a in upstream("quantity", BARE_SUFFIXES)} == {(True, 0.0)}
     assert [a["value"] for a in upstream("duration", DURATIONS) if not a["ok"]] == []
     assert [a["value"] for a in upstream("duration", NOT_DURATIONS) if a["ok"]] == []
+    assert [a["value"] for a in upstream("envVarName", ENV_NAMES) if not a["ok"]] == []
+    assert [a["value"] for a in upstream("envVarName", NOT_ENV_NAMES) if a["ok"]] == []
 
 
 def resources_of(forms: list[str]) -> dict[str, Any]:
@@ -160,3 +166,15 @@ def test_every_duration_prometheus_takes_renders_and_no_other(
     for form in NOT_DURATIONS:
         res = template(helm, {"rayCluster": {"podMonitor": {"interval": form}}}, tmp_path)
         assert res.returncode != 0 and "/rayCluster/podMonitor/interval" in res.stderr, (form, res.stderr)
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_every_env_var_name_the_api_server_takes_renders_and_no_other(
+    helm: str, tmp_path: pathlib.Path
+) -> None:
+    env = [{"name": name, "value": "1"} for name in ENV_NAMES]
+    res = template(helm, {"hooks": {"extraEnv": env}, "rayCluster": {"head": {"extraEnv": env}}}, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for name in NOT_ENV_NAMES:
+        res = template(helm, {"hooks": {"extraEnv": [{"name": name, "value": "1"}]}}, tmp_path)
+        assert res.returncode != 0 and "/hooks/extraEnv/0/name" in res.stderr, (name, res.stderr[-2000:])
