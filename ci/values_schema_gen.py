@@ -271,10 +271,7 @@ OVERRIDES = {
     },
     "networkPolicy.egress.blockedCidrs": {
         "type": "array",
-        "items": {
-            "type": "string",
-            "pattern": r"^([0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9a-fA-F:]*:[0-9a-fA-F:]*/[0-9]{1,3})$",
-        },
+        "items": k8s_shapes.blocked_cidr_schema(),
     },
     "secrets.rayAuth.existingSecret": {
         "type": "string",

@@ -34,6 +34,19 @@ NOT_QUANTITIES = [
 BARE_SUFFIXES = ["Gi", "e3", "k", "m", "."]
 DURATIONS = ["0", "0s", "30s", "500ms", "1m30s", "90s", "2h45m", "1h", "1d", "1w", "1y", "1y2w3d4h5m6s7ms"]
 NOT_DURATIONS = ["1.5s", "-1s", "1m 30s", "30", "30sec", "1h1d", "30S", "1s1m", "m"]
+# networkPolicy.egress.blockedCidrs, an ipBlock's except under 0.0.0.0/0 or ::/0 (ValidateIPBlock)
+CIDRS = [
+    "169.254.169.254/32", "10.0.0.0/8", "10.0.0.1/8", "010.0.0.0/8", "10.0.0.0/032", "1.2.3.4/1",
+    "255.255.255.255/32", "fd00:ec2::254/128", "FD00::/8", "::1/128", "1::/1", "2001:db8::/32",
+    "1:2:3:4:5:6:7:8/64", "1:2:3:4:5:6:7::/64", "::2:3:4:5:6:7:8/64", "::1/0099",
+]  # fmt: skip
+NOT_CIDRS = [
+    "0.0.0.0/0", "::/0", "300.1.1.1/32", "1.2.3.4/33", "1.2.3.4", "1.2.3.4/32/1", " 1.2.3.4/32",
+    "::ffff:1.2.3.4/128", "0:0:0:0:0:ffff:1.2.3.4/96", "fe80::1%eth0/64", "1:2:3:4:5:6:7:8:9/64", "::1/129",
+    "1.2.3/24", "",
+]  # fmt: skip
+# stricter than the API, on purpose (one pattern cannot tell them from the IPv4-mapped forms it refuses)
+STRICTER_CIDRS = ["1:2:3:4:5:6:1.2.3.4/128"]
 # a pod env var's name (the *.extraEnv lists); Kubernetes 1.34 checks only for printable ASCII without '='
 ENV_NAMES = ["HF_HOME", "1ST", "my-var", "my.var", "a b", "x:y", "~", "lower", "NCCL_DEBUG"]
 NOT_ENV_NAMES = ["", "A=B", "é", "TAB\t", "NL\n", "\u00a0"]
@@ -76,6 +89,9 @@ def test_the_corpus_is_what_upstream_says(upstream: Any) -> None:
     assert {(a["ok"], a["float"]) for a in upstream("quantity", BARE_SUFFIXES)} == {(True, 0.0)}
     assert [a["value"] for a in upstream("duration", DURATIONS) if not a["ok"]] == []
     assert [a["value"] for a in upstream("duration", NOT_DURATIONS) if a["ok"]] == []
+    assert [a["value"] for a in upstream("blockedCidr", CIDRS) if not a["ok"]] == []
+    assert [a["value"] for a in upstream("blockedCidr", NOT_CIDRS) if a["ok"]] == []
+    assert [a["value"] for a in upstream("blockedCidr", STRICTER_CIDRS) if not a["ok"]] == []
     assert [a["value"] for a in upstream("envVarName", ENV_NAMES) if not a["ok"]] == []
     assert [a["value"] for a in upstream("envVarName", NOT_ENV_NAMES) if a["ok"]] == []
 
@@ -178,3 +194,15 @@ def test_every_env_var_name_the_api_server_takes_renders_and_no_other(
     for name in NOT_ENV_NAMES:
         res = template(helm, {"hooks": {"extraEnv": [{"name": name, "value": "1"}]}}, tmp_path)
         assert res.returncode != 0 and "/hooks/extraEnv/0/name" in res.stderr, (name, res.stderr[-2000:])
+
+
+@pytest.mark.parametrize("helm", HELMS)
+def test_every_blocked_cidr_the_api_takes_renders_and_no_other(helm: str, tmp_path: pathlib.Path) -> None:
+    egress = {"enabled": True, "blockedCidrs": CIDRS}
+    res = template(helm, {"networkPolicy": {"egress": egress}}, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for cidr in [*NOT_CIDRS, *STRICTER_CIDRS]:
+        egress = {"enabled": True, "blockedCidrs": [cidr]}
+        res = template(helm, {"networkPolicy": {"egress": egress}}, tmp_path)
+        assert res.returncode != 0, f"{cidr!r} rendered"
+        assert "/networkPolicy/egress/blockedCidrs/0" in res.stderr, (cidr, res.stderr[-2000:])
