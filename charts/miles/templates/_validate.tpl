@@ -536,6 +536,83 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- $e = append $e (printf "%s: expected no secret in a plain value, found one that looks like a token or key (not shown); put it in a Secret and reference it (valueFrom.secretKeyRef, or secrets.extra)" (index $lit 0)) -}}
 {{- end -}}
 {{- end -}}
+{{- /* what the extra lists would shadow. A second env entry of a name the chart sets silently replaces the
+chart's (the API server keeps both, the container gets the last; in the Ray job's runtime env the job's wins
+over the pod's); a second volume name or mount path is refused by the API server, for the Ray pods only when
+KubeRay creates them, after the install. Computed from the containers and pods the chart renders, and only
+for the lists that are set */ -}}
+{{- $owner := dict "NCCL_DEBUG" "gpuPods.nccl.debug" "NCCL_PROTO" "gpuPods.nccl.proto" "NCCL_SOCKET_IFNAME" "gpuPods.nccl.socketIfname" "NCCL_NVLS_ENABLE" "gpuPods.nccl.nvlsEnable" "FI_PROVIDER" "gpuPods.efa.count" "FI_EFA_USE_DEVICE_RDMA" "gpuPods.efa.count" "FI_EFA_FORK_SAFE" "gpuPods.efa.count" "RDMAV_FORK_SAFE" "gpuPods.efa.count" "RAY_AUTH_MODE" "secrets.rayAuth.enabled" "RAY_AUTH_TOKEN_PATH" "secrets.rayAuth.enabled" "NVIDIA_VISIBLE_DEVICES" "rayCluster.head.gpus" "MILES_HOOKS_LOG_FORMAT" "hooks.logFormat" "TENSORBOARD_DIR" "recipe.tracking.tensorboard" "MILES_RM_RETRY_SECONDS" "recipe.reward.retry.seconds" "MILES_SCRIPT_MODEL_NAME" "singleNode.modelName" "MILES_SCRIPT_EXTRA_ARGS" "recipe.extraArgs" -}}
+{{- range (include "miles.secretRefs" . | fromJsonArray) -}}
+{{- $_ := set $owner .env (ternary "secrets.extra" (printf "secrets.%s" .purpose) (eq .purpose "other")) -}}
+{{- end -}}
+{{- $podOwner := deepCopy $owner -}}
+{{- range $name, $_ := $v.recipe.extraEnv }}{{ if not (hasKey $podOwner $name) }}{{ $_ := set $podOwner $name "recipe.extraEnv" }}{{ end }}{{ end -}}
+{{- $shadowed := list -}}
+{{- range $l := list (list "rayCluster.head.extraEnv" $v.rayCluster.head.extraEnv "miles.rayHeadContainer") (list "rayCluster.workers.extraEnv" $v.rayCluster.workers.extraEnv "miles.rayWorkerContainer") (list "singleNode.extraEnv" $v.singleNode.extraEnv "miles.singleNodeContainer") -}}
+{{- if index $l 1 -}}
+{{- $shadowed = append $shadowed (list (index $l 0) (index $l 1) (include (index $l 2) $ | fromYaml).env) -}}
+{{- end -}}
+{{- end -}}
+{{- with $v.hooks.extraEnv -}}
+{{- $shadowed = append $shadowed (list "hooks.extraEnv" . (include "miles.hookEnv" (dict "context" $ "hf" true "ray" true) | fromYamlArray)) -}}
+{{- end -}}
+{{- range $sh := $shadowed -}}
+{{- $extra := index $sh 1 -}}
+{{- $all := index $sh 2 -}}
+{{- $own := dict -}}
+{{- range $x := slice $all 0 (sub (len $all) (len $extra) | int) }}{{ $_ := set $own (toString $x.name) true }}{{ end -}}
+{{- $seen := dict -}}
+{{- range $i, $x := $extra -}}
+{{- $name := toString $x.name -}}
+{{- $at := printf "%s[%d] (%s)" (index $sh 0) $i $name -}}
+{{- if hasKey $own $name -}}
+{{- $e = append $e (printf "%s: expected a name the chart does not set, found %s, which it sets itself%s; a second entry silently replaces the chart's value" $at $name (ternary (printf " from %s: set that instead" (get $podOwner $name)) "" (hasKey $podOwner $name))) -}}
+{{- else if hasKey $seen $name -}}
+{{- $e = append $e (printf "%s: expected each name once, found it again (entry %d); the container gets only the last" $at (get $seen $name)) -}}
+{{- end -}}
+{{- $_ := set $seen $name $i -}}
+{{- end -}}
+{{- end -}}
+{{- with $v.recipe.extraEnv -}}
+{{- /* the job's runtime env: what the chart puts there and in the pods' env, which the job's processes inherit */ -}}
+{{- $bareValues := deepCopy $v -}}
+{{- $_ := set $bareValues.recipe "extraEnv" dict -}}
+{{- $bare := dict "Values" $bareValues "Release" $.Release "Chart" $.Chart "Capabilities" $.Capabilities "Files" $.Files "Template" $.Template -}}
+{{- $own := include "miles.runtimeEnv" $bare | fromJson -}}
+{{- range (include "miles.gpuEnv" $bare | fromYamlArray) }}{{ $_ := set $own (toString .name) true }}{{ end -}}
+{{- range $name := keys . | sortAlpha -}}
+{{- if hasKey $own $name -}}
+{{- $e = append $e (printf "recipe.extraEnv.%s: expected a name the chart does not set, found %s, which it sets itself%s; the job's value would silently replace the chart's" $name $name (ternary (printf " from %s: set that instead" (get $owner $name)) "" (hasKey $owner $name))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (ne $v.mode "singleNode") (or $v.rayCluster.head.extraVolumes $v.rayCluster.head.extraVolumeMounts $v.rayCluster.workers.extraVolumes $v.rayCluster.workers.extraVolumeMounts) -}}
+{{- $spec := include "miles.rayClusterSpec" . | fromYaml -}}
+{{- range $g := list (list "head" $spec.headGroupSpec.template.spec) (list "workers" (index $spec.workerGroupSpecs 0).template.spec) -}}
+{{- $group := index $v.rayCluster (index $g 0) -}}
+{{- $pod := index $g 1 -}}
+{{- range $kind := list (list "extraVolumes" $pod.volumes "name" "volume") (list "extraVolumeMounts" (index $pod.containers 0).volumeMounts "mountPath" "mount path") -}}
+{{- $extra := index $group (index $kind 0) | default list -}}
+{{- if $extra -}}
+{{- $all := index $kind 1 -}}
+{{- $key := index $kind 2 -}}
+{{- $own := dict -}}
+{{- range $x := slice $all 0 (sub (len $all) (len $extra) | int) }}{{ $_ := set $own (toString (get $x $key)) true }}{{ end -}}
+{{- $seen := dict -}}
+{{- range $i, $x := $extra -}}
+{{- $name := toString (get $x $key) -}}
+{{- $at := printf "rayCluster.%s.%s[%d].%s" (index $g 0) (index $kind 0) $i $key -}}
+{{- if hasKey $own $name -}}
+{{- $e = append $e (printf "%s: expected a %s the chart does not use in this pod, found %q, which it uses itself (the shared volume, /dev/shm, the Ray token or the run spec); the API server would refuse the pod when KubeRay creates it" $at (index $kind 3) $name) -}}
+{{- else if hasKey $seen $name -}}
+{{- $e = append $e (printf "%s: expected each %s once, found %q again (entry %d); the API server would refuse the pod" $at (index $kind 3) $name (get $seen $name)) -}}
+{{- end -}}
+{{- $_ := set $seen $name $i -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* the same for command lines, which the Ray job's entrypoint, the run spec, the pods and the release show: upstream's credential flags (miles --wandb-key; SGLang's --api-key, --admin-api-key, --ssl-keyfile-password, passed as --sglang-*), and anything shaped like a token (the walk below) */ -}}
 {{- range $cmd := list (list "recipe.extraArgs" $v.recipe.extraArgs) (list "hooks.convert.command" $v.hooks.convert.command) -}}
 {{- range $i, $a := (index $cmd 1) | default list -}}
