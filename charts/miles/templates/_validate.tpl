@@ -455,6 +455,19 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* ray start parameters the chart sets itself (raycluster/_raycluster.tpl): the chart's value is rendered and the user's dropped, so a user's would be silently ignored */ -}}
+{{- $cpuHead := eq (int $v.rayCluster.head.gpus) 0 -}}
+{{- $headOwn := dict "dashboard-host" "to 0.0.0.0 (the head Service and the hooks reach the dashboard through it)" "num-gpus" "from rayCluster.head.gpus" -}}
+{{- if $cpuHead }}{{ $_ := set $headOwn "num-cpus" "to 0 for a CPU head (rayCluster.head.gpus 0)" }}{{ end -}}
+{{- $workerOwn := dict "num-gpus" "from topology.gpusPerWorker" "resources" "to {\"gpu_node\": 1}, which miles' placement and submit.entrypointResources count GPU nodes by" -}}
+{{- range $g := list (list "head" $headOwn) (list "workers" $workerOwn) -}}
+{{- $params := (index $v.rayCluster (index $g 0)).rayStartParams | default dict -}}
+{{- range $k := keys (index $g 1) | sortAlpha -}}
+{{- if hasKey $params $k -}}
+{{- $e = append $e (printf "rayCluster.%s.rayStartParams.%s: expected unset, found %q: the chart sets it %s and would drop this value" (index $g 0) $k (toString (get $params $k)) (get (index $g 1) $k)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* hook events: a step runs where what it needs exists (the RayCluster exists only after install/upgrade; prepare-data and convert must finish before it starts). Helm hooks (helm.sh/hook, ordered by hook-weight) or Argo CD hooks (argocd.argoproj.io/hook, ordered by sync-wave), as the step's annotations say */ -}}
 {{- if $v.hooks.enabled -}}
 {{- $phases := list

@@ -37,6 +37,7 @@ gcsFaultToleranceOptions:
 headGroupSpec:
   serviceType: ClusterIP
   rayStartParams:
+    {{- /* the comment below renders into the hashed spec, so it stays as earlier versions wrote it; miles.validate now refuses a parameter the chart sets */}}
     # rayCluster.head.rayStartParams may add parameters; the chart's win
     dashboard-host: "0.0.0.0"
     {{- if eq $headGpus 0 }}
@@ -45,11 +46,8 @@ headGroupSpec:
     {{- else }}
     num-gpus: {{ $headGpus | toString | quote }}
     {{- end }}
-    {{- $own := ternary (list "dashboard-host" "num-cpus" "num-gpus") (list "dashboard-host" "num-gpus") (eq $headGpus 0) }}
     {{- range $k, $val := $rc.head.rayStartParams }}
-    {{- if not (has $k $own) }}
     {{ $k }}: {{ $val | toString | quote }}
-    {{- end }}
     {{- end }}
   template:
     {{- include "miles.podTemplate" (dict "context" . "component" "ray-head" "pod" (dict
@@ -74,10 +72,11 @@ workerGroupSpecs:
     minReplicas: {{ $t.workerReplicas }}
     maxReplicas: {{ $t.workerReplicas }}
     rayStartParams:
+      {{- /* as for the head: the comment stays byte for byte */}}
       # rayCluster.workers.rayStartParams may add parameters; the chart's win
       num-gpus: {{ $t.gpusPerWorker | toString | quote }}
       resources: '"{\"gpu_node\": 1}"'
-      {{- range $k, $val := omit $rc.workers.rayStartParams "num-gpus" "resources" }}
+      {{- range $k, $val := $rc.workers.rayStartParams }}
       {{ $k }}: {{ $val | toString | quote }}
       {{- end }}
     template:
