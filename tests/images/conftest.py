@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -22,7 +23,15 @@ def containerd(
     daemon = Containerd(tmp_path_factory.mktemp("containerd"))
     try:
         for image in built_images.values():
-            daemon.ctr("images", "import", str(image.archive))
+            imported = daemon.ctr("images", "import", str(image.archive), check=False)
+            if imported.returncode != 0:
+                free = shutil.disk_usage(daemon.workdir).free / 2**30
+                pytest.fail(
+                    f"ctr images import {image.archive} exited {imported.returncode}: "
+                    f"{(imported.stderr or imported.stdout).strip()[-1500:]}\n"
+                    f"{free:.1f} GiB free under {daemon.workdir}; the images unpack to several GiB each "
+                    "(a testbed left up holds its own copy: make cluster-down)"
+                )
         yield daemon
     finally:
         daemon.stop()
