@@ -77,3 +77,13 @@ def test_a_failed_pull_is_an_error_naming_the_values() -> None:
     assert "imagePullSecrets" in finding.message
     pulling = image_pull.Outcome("gpu-workers", "q", "pulling", "pulling on node n1")
     assert preflight.pull_findings(raw, [pulling])[0].level == preflight.WARNING  # type: ignore[arg-type]
+
+
+def test_a_check_pod_deleted_before_it_answered_is_a_warning_saying_so() -> None:
+    raw = base_spec()
+    gone = image_pull.Outcome("ray-head", "p", "deleted", "the pod was deleted before it answered (on n1)")
+    (finding,) = preflight.pull_findings(raw, [gone])  # type: ignore[arg-type]
+    assert finding.level == preflight.WARNING
+    assert finding.message.endswith(
+        "not checked on the ray-head pool (pod p): the pod was deleted before it answered (on n1)"
+    )
