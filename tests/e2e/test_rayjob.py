@@ -215,6 +215,14 @@ def test_a_lost_head_is_a_failed_attempt_the_next_resumes_and_a_finished_run_end
     assert "no checkpoint in" in attempts[0] and "holding after saving iteration 1" in attempts[0]
     assert "resuming at rollout 2" in attempts[1] and "rollout 1:" not in attempts[1], attempts[1][-3000:]
     assert tracker.read_text().strip() == str(last) and not hold.exists()
+    # each attempt's submitter lines outlive its pod: the lost job was named by the attempt that lost it
+    kept = [
+        p.read_text() for p in sorted(tb.host_path(raw["submit"]["logDir"]).glob(f"submitter-{job_id}-*.log"))
+    ]
+    assert len(kept) >= 3, [k[:200] for k in kept]
+    lost = [k for k in kept if f"Ray job {job_id} is no longer on the Ray head" in k]
+    assert len(lost) >= 2 and "resumes from checkpoint 1" in lost[0], [k[-2000:] for k in kept]
+    assert "an earlier attempt's job saved it" in kept[-1], kept[-1][-3000:]
 
     wait_for("the run's Ray pods to go", namespace, lambda: not ray_pods(namespace), timeout=180)
     tb.uninstall_cleanly(helm, release, namespace, leftovers)

@@ -98,6 +98,7 @@ def test_the_rayjob_submitter_records_the_end_of_a_run_an_earlier_attempt_finish
     raw = make_spec(tmp_path, local_ray.dashboard_url, release="rt-finished-rj", mode="rayJob")
     raw["resume"]["numRollout"] = NUM_ROLLOUT
     raw["checks"]["gpu"]["enabled"] = True  # verify would fail here (no GPU): the finished path skips it
+    raw["submit"]["logDir"] = str(tmp_path / "run" / "logs")
     finished_by(raw, raw["run"]["id"])
     path = write_spec(tmp_path / "run.json", raw)
     sid = raw["submit"]["submissionId"]
@@ -108,6 +109,10 @@ def test_the_rayjob_submitter_records_the_end_of_a_run_an_earlier_attempt_finish
     assert done.stdout.rstrip().endswith("}") and '"state": "SUCCEEDED"' in done.stdout, done.stdout
     assert "an earlier attempt's job saved it" in done.stderr, done.stderr
     assert "checking the cluster before the run" not in done.stderr, done.stderr
+    # the attempt's own lines outlive its pod, beside the driver logs (a name of their own: not a driver log)
+    (kept,) = (tmp_path / "run" / "logs").glob(f"submitter-{sid}-*.log")
+    said = kept.read_text()
+    assert "an earlier attempt's job saved it" in said and "records the run's end" in said, said
 
     client = JobSubmissionClient(local_ray.dashboard_url)
     assert [j.submission_id for j in release_jobs(client, "rt-finished-rj")] == [sid]

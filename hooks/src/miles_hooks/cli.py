@@ -174,7 +174,9 @@ def do_submit(args: argparse.Namespace) -> Output:
 
 
 def do_run_job(args: argparse.Namespace) -> Output:
-    attempt = run_job.attempt(_spec(args), dict(os.environ))
+    spec = _spec(args)
+    run_job.keep_log(spec, dict(os.environ))
+    attempt = run_job.attempt(spec, dict(os.environ))
     if not attempt.submitted and attempt.finished is None:
         verify.run(attempt.spec, timeout=args.verify_timeout)
     submitted = submit.run(attempt.spec)

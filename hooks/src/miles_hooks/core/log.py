@@ -79,3 +79,13 @@ def setup(fmt: str, verbose: bool = False) -> None:
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     root.propagate = False
+
+
+def also_to_file(path: str) -> None:
+    """Every later line of the step also goes to ``path`` (appended), in the stderr handler's format: a log
+    that must outlive its pod."""
+    root = logging.getLogger(LOGGER_NAME)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    formats = [h.formatter for h in root.handlers if h.formatter is not None]
+    handler.setFormatter(formats[0] if formats else TextFormatter())
+    root.addHandler(handler)

@@ -16,6 +16,9 @@ Ray pods do not carry: it never has an endpoint.) The steps:
 4. The job's log until it ends. Its outcome is KubeRay's to read from Ray: a job that failed ends this pod
    with 0, and KubeRay retries the run; only a submission that could not be made exits non-zero.
 
+The job's driver log is kept on the shared volume by its entrypoint; this pod's own lines too
+(``keep_log``), since KubeRay deletes a failed attempt's submitter pod with its cluster.
+
 A lost Ray head (its pod deleted, its node gone) takes Ray's job table with it. While KubeRay starts a new
 head this pod waits for it to answer (``HEAD_WAIT_SECONDS``); the new head does not know the job, and the
 run's driver goes with the old cluster's workers, so the job is LOST: this pod ends with 0 and KubeRay
@@ -85,6 +88,31 @@ def job_id(spec: RunSpec, environ: dict[str, str]) -> str:
             "release, whose run spec has been replaced; Helm deletes it, and the new RayJob runs the new spec"
         )
     return sid
+
+
+def keep_log(spec: RunSpec, environ: dict[str, str], now: float | None = None) -> str | None:
+    """This attempt's own lines (the checks, the submission, a lost or finished job) also go to
+    ``<submit.logDir>/submitter-<id>-<UTC start>.log`` on the shared volume: KubeRay deletes a failed
+    attempt's submitter pod with its cluster, and with it the pod's log. None when the directory cannot be
+    written (submit then says why)."""
+    raw = spec.raw
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    sid = environ.get(KUBERAY_JOB_ID_ENV) or spec.submission_id()
+    path = Path(raw["submit"]["logDir"]) / f"submitter-{sid}-{stamp}.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log.also_to_file(str(path))
+    except OSError as exc:
+        LOG.warning(
+            "this attempt's submitter log is not kept on the shared volume",
+            extra={"fields": {"path": str(path), "error": exc.strerror}},
+        )
+        return None
+    LOG.info(
+        "this attempt's submitter log is also kept on the shared volume",
+        extra={"fields": {"path": str(path)}},
+    )
+    return str(path)
 
 
 def follow(cl: Any, sid: str) -> str:
