@@ -306,9 +306,7 @@ secretName, KubeRay 1.6 or newer): Ray auth on and Ray run by KubeRay (not mode 
 */}}
 {{- define "miles.kuberayReadsRayAuth" -}}
 {{- $v := .Values -}}
-{{- if and $v.secrets.rayAuth.enabled (ne $v.mode "singleNode") (include "miles.operatorVersionValid" .) -}}
-{{- if semverCompare ">=1.6.0-0" (toString $v.rayCluster.operatorVersion) }}true{{ end -}}
-{{- end -}}
+{{- if and $v.secrets.rayAuth.enabled (ne $v.mode "singleNode") (include "miles.kuberayHas16" .) -}}true{{- end -}}
 {{- end -}}
 
 {{/* miles.rayAuthKey: the Ray token's key in its Secret: secrets.rayAuth.key, or auth_token (the key KubeRay reads) where KubeRay can read it, else token. */}}

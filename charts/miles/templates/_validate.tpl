@@ -184,9 +184,9 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- $operator := toString $v.rayCluster.operatorVersion -}}
 {{- if not (include "miles.operatorVersionValid" .) -}}
 {{- $e = append $e (printf "rayCluster.operatorVersion: expected the KubeRay operator's version as MAJOR.MINOR[.PATCH] (e.g. 1.6.2), found %q" $operator) -}}
-{{- else if semverCompare "<1.5.0-0" $operator -}}
+{{- else if not (include "miles.kuberaySupported" .) -}}
 {{- $e = append $e (printf "rayCluster.operatorVersion: expected 1.5 or newer (the oldest KubeRay the chart supports; upgrade the operator), found %q" $operator) -}}
-{{- else if and (eq $upgradeMethod "crd") (semverCompare "<1.6.0-0" $operator) -}}
+{{- else if and (eq $upgradeMethod "crd") (not (include "miles.kuberayHas16" .)) -}}
 {{- $e = append $e (printf "rayCluster.upgradeStrategy.method: expected nameHash or empty with rayCluster.operatorVersion %s (spec.upgradeStrategy needs KubeRay 1.6 or newer), found crd" $operator) -}}
 {{- end -}}
 {{- if gt (len $rcName) $maxLen -}}
@@ -308,7 +308,7 @@ never renders a partial release. values.schema.json checks types, enums and patt
 {{- end -}}
 {{- end -}}
 {{- if and (eq $v.mode "rayJob") $v.secrets.rayAuth.enabled -}}
-{{- if and (include "miles.operatorVersionValid" .) (semverCompare "<1.6.0-0" $operator) -}}
+{{- if and (include "miles.operatorVersionValid" .) (not (include "miles.kuberayHas16" .)) -}}
 {{- $e = append $e (printf "rayCluster.operatorVersion: expected 1.6 or newer with mode rayJob and secrets.rayAuth.enabled (the operator polls the job through the token-protected dashboard with spec.authOptions, added in KubeRay 1.6), found %q" $operator) -}}
 {{- end -}}
 {{- if ne (include "miles.rayAuthKey" .) "auth_token" -}}

@@ -200,17 +200,12 @@ version counts as below 1.6 here: miles.validate names it.
 {{- if and (eq .Values.mode "rayCluster") (eq $us.type "Recreate") -}}
 {{- if $us.method -}}
 {{- $us.method -}}
-{{- else if and (include "miles.operatorVersionValid" .) (semverCompare ">=1.6.0-0" (toString .Values.rayCluster.operatorVersion)) -}}
+{{- else if include "miles.kuberayHas16" . -}}
 crd
 {{- else -}}
 nameHash
 {{- end -}}
 {{- end -}}
-{{- end -}}
-
-{{/* miles.operatorVersionValid: "true" when rayCluster.operatorVersion reads as MAJOR.MINOR[.PATCH]. */}}
-{{- define "miles.operatorVersionValid" -}}
-{{- if regexMatch "^v?[0-9]+\\.[0-9]+(\\.[0-9]+)?$" (toString .Values.rayCluster.operatorVersion) -}}true{{- end -}}
 {{- end -}}
 
 {{/*
