@@ -239,10 +239,7 @@ OVERRIDES = {
     "output.dir": {"type": "string", "pattern": "^[^\\s]*$"},
     "storage.mountPath": {"type": "string", "pattern": "^/[^\\s]*$"},
     "storage.type": {"enum": ["existingClaim", "fsxStatic", "fsxDynamic"]},
-    "storage.existingClaim": {
-        "type": "string",
-        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
-    },
+    "storage.existingClaim": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
     "storage.fsxStatic.fileSystemId": {
         "type": "string",
         "pattern": "^(fs-[0-9a-f]{8,17})?$",
@@ -261,22 +258,13 @@ OVERRIDES = {
     "storage.fsxDynamic.perUnitStorageThroughput": {"enum": [50, 100, 125, 200, 250, 500, 1000]},
     "storage.fsxDynamic.capacity": {"$ref": "#/definitions/quantity"},
     "storage.fsxDynamic.reclaimPolicy": {"enum": ["Retain", "Delete"]},
-    "secrets.huggingface.existingSecret": {
-        "type": "string",
-        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
-    },
-    "secrets.wandb.existingSecret": {
-        "type": "string",
-        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
-    },
+    "secrets.huggingface.existingSecret": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
+    "secrets.wandb.existingSecret": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
     "networkPolicy.egress.blockedCidrs": {
         "type": "array",
         "items": k8s_shapes.blocked_cidr_schema(),
     },
-    "secrets.rayAuth.existingSecret": {
-        "type": "string",
-        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
-    },
+    "secrets.rayAuth.existingSecret": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
     "secrets.rayAuth.key": {"anyOf": [{"const": ""}, {"$ref": "#/definitions/secretKey"}]},
     "secrets.huggingface.key": {"$ref": "#/definitions/secretKey"},
     "secrets.wandb.key": {"$ref": "#/definitions/secretKey"},
@@ -287,12 +275,9 @@ OVERRIDES = {
             "additionalProperties": False,
             "required": ["name", "key", "env"],
             "properties": {
-                "name": {
-                    "type": "string",
-                    "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-                },
+                "name": {"allOf": [{"$ref": "#/definitions/dnsSubdomainOrEmpty"}, {"minLength": 1}]},
                 "key": {"$ref": "#/definitions/secretKey"},
-                "env": {"type": "string", "pattern": "^[A-Z_][A-Z0-9_]*$"},
+                "env": k8s_shapes.env_var_name_schema(),
                 "required": {"type": "boolean"},
             },
         },
@@ -333,18 +318,18 @@ OVERRIDES = {
     "gpuPods.efa.resourceName": {"$ref": "#/definitions/extendedResource"},
     "scheduling.priorityClassName": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
     "scheduling.schedulerName": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
+    # the chart also writes it as the kueue.x-k8s.io/queue-name label: a LocalQueue name that is a label value
     "scheduling.kueueQueue": {
-        "type": "string",
-        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+        "allOf": [{"$ref": "#/definitions/dnsSubdomainOrEmpty"}, k8s_shapes.label_value_schema()]
     },
-    "scheduling.kueuePriorityClass": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
+    # and kueue.x-k8s.io/priority-class: a WorkloadPriorityClass name that is a label value
+    "scheduling.kueuePriorityClass": {
+        "allOf": [{"$ref": "#/definitions/dnsSubdomainOrEmpty"}, k8s_shapes.label_value_schema()]
+    },
     "networkPolicy.extraFrom": {"$ref": "#/definitions/networkPolicyPeers"},
     "networkPolicy.metricsFrom": {"$ref": "#/definitions/networkPolicyPeers"},
     "networkPolicy.operatorFrom": {"$ref": "#/definitions/networkPolicyPeers"},
-    "serviceAccount.name": {
-        "type": "string",
-        "pattern": "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
-    },
+    "serviceAccount.name": {"$ref": "#/definitions/dnsSubdomainOrEmpty"},
     "podSecurityContext": {"$ref": "#/definitions/podSecurityContext"},
     "securityContext": {"$ref": "#/definitions/securityContext"},
     "hooks.podSecurityContext": {"$ref": "#/definitions/podSecurityContext"},

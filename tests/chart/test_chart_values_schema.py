@@ -52,7 +52,53 @@ BAD = {
         "'secretKeyRf' not allowed",
     ),
 }
+# every value that names an object is a DNS-1123 subdomain of at most 253 characters (apimachinery); the Kueue
+# ones are written as labels too, so at most 63
+EXTRA_SECRET = ["--set", "secrets.extra[0].key=k"]
+BAD.update(
+    {
+        "claim name with an empty label": (
+            ["--set", "storage.existingClaim=fsx..claim"],
+            "/storage/existingClaim",
+        ),
+        "Secret name of 254 characters": (
+            ["--set", f"secrets.huggingface.existingSecret={'a' * 254}"],
+            "/secrets/huggingface/existingSecret",
+        ),
+        "ServiceAccount name ending in a dot": (
+            ["--set", "serviceAccount.name=runner."],
+            "/serviceAccount/name",
+        ),
+        "Ray token Secret with a capital": (
+            ["--set", "secrets.rayAuth.existingSecret=Ray-auth"],
+            "/secrets/rayAuth/existingSecret",
+        ),
+        "LocalQueue name too long for its label": (
+            ["--set", f"scheduling.kueueQueue={'q' * 64}"],
+            "/scheduling/kueueQueue",
+        ),
+        "WorkloadPriorityClass name too long for its label": (
+            ["--set", f"scheduling.kueuePriorityClass={'p' * 64}"],
+            "/scheduling/kueuePriorityClass",
+        ),
+        "extra Secret with an empty name": (
+            [*EXTRA_SECRET, "--set-string", "secrets.extra[0].name=", "--set", "secrets.extra[0].env=E"],
+            "/secrets/extra/0/name",
+        ),
+        "extra Secret's env with an equals sign": (
+            [*EXTRA_SECRET, "--set", "secrets.extra[0].name=s", "--set", "secrets.extra[0].env=A=B"],
+            "/secrets/extra/0/env",
+        ),
+    }
+)
+
 GOOD = {
+    "object names with dots, the longest Secret name, a 63-character queue": {
+        "storage": {"existingClaim": "fsx.lustre-claim"},
+        "secrets": {"huggingface": {"existingSecret": "a" * 253}},
+        "serviceAccount": {"name": "team.runner"},
+        "scheduling": {"kueueQueue": "q" * 63},
+    },
     "longest label key and value": {"scheduling": {"podLabels": {LONGEST_LABEL_KEY: "v" * 63}}},
     "empty label value": {"scheduling": {"podLabels": {"canary": ""}}},
     "key-less Exists toleration, NoExecute with seconds": {
