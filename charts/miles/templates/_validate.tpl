@@ -341,6 +341,15 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- if and $v.scheduling.kueuePriorityClass (not $v.scheduling.kueueQueue) -}}
 {{- $e = append $e (printf "scheduling.kueuePriorityClass: expected scheduling.kueueQueue to be set too (Kueue reads a priority class only on workloads it queues), found priority class %q and no queue" (toString $v.scheduling.kueuePriorityClass)) -}}
 {{- end -}}
+{{- /* what Kueue's webhooks refuse of a workload it queues, only when the RayJob or RayCluster is created (after every pre-install hook): kueue v0.17.0 pkg/controller/jobs/rayjob/rayjob_webhook.go validateCreate (shutdownAfterJobFinishes) and pkg/controller/jobs/raycluster/common.go ValidateCreate (a worker group named "head") */ -}}
+{{- if $v.scheduling.kueueQueue -}}
+{{- if and (eq $v.mode "rayJob") (not $v.rayJob.shutdownAfterJobFinishes) -}}
+{{- $e = append $e "rayJob.shutdownAfterJobFinishes: expected true with scheduling.kueueQueue (Kueue refuses a queued RayJob that keeps its cluster after the run: its quota would stay held), found false" -}}
+{{- end -}}
+{{- if and (ne $v.mode "singleNode") (eq (toString $v.rayCluster.workers.groupName) "head") -}}
+{{- $e = append $e "rayCluster.workers.groupName: expected a name other than head with scheduling.kueueQueue (Kueue reserves it for the head group's pod set), found head" -}}
+{{- end -}}
+{{- end -}}
 {{- /* every file the run reads or writes lives on the shared volume: elsewhere it is lost when the pod exits, and resume breaks */ -}}
 {{- $mount := trimSuffix "/" (toString $v.storage.mountPath) -}}
 {{- if or (eq $mount "") (eq $mount "/root/miles") (hasPrefix (printf "%s/" $mount) "/root/miles/") (hasPrefix "/root/miles/" $mount) -}}
