@@ -341,6 +341,41 @@ a Job or a pod these annotations promise a recovery nothing performs */ -}}
 {{- if and $v.scheduling.kueuePriorityClass (not $v.scheduling.kueueQueue) -}}
 {{- $e = append $e (printf "scheduling.kueuePriorityClass: expected scheduling.kueueQueue to be set too (Kueue reads a priority class only on workloads it queues), found priority class %q and no queue" (toString $v.scheduling.kueuePriorityClass)) -}}
 {{- end -}}
+{{- /* what KubeRay's ValidateRayClusterSpec refuses only when it reconciles the RayCluster (or the RayJob's), after
+the install, in the operator's log and events (ray-operator v1.6.2 controllers/ray/utils/validation.go:
+validateRayGroupLabels, the GCS fault-tolerance and Redis checks, autoscaler v2 without the autoscaler) */ -}}
+{{- if ne $v.mode "singleNode" -}}
+{{- $rc := $v.rayCluster -}}
+{{- range $g := list "head" "workers" -}}
+{{- if hasKey ((index $rc $g).rayStartParams | default dict) "labels" -}}
+{{- $e = append $e (printf "rayCluster.%s.rayStartParams.labels: expected unset (KubeRay refuses Ray node labels in rayStartParams; it takes them only in the group's labels field, which the chart does not set), found %q" $g (toString (index $rc $g).rayStartParams.labels)) -}}
+{{- end -}}
+{{- end -}}
+{{- if hasKey ($rc.head.rayStartParams | default dict) "redis-username" -}}
+{{- $e = append $e "rayCluster.head.rayStartParams.redis-username: expected unset (KubeRay refuses a Redis user name there; GCS fault tolerance takes Redis from rayCluster.gcsFaultTolerance), found one" -}}
+{{- end -}}
+{{- $ftAnnotations := merge (dict) ($rc.annotations | default dict) (ternary ($v.rayJob.annotations | default dict) dict (eq $v.mode "rayJob")) -}}
+{{- range $i, $x := $rc.head.extraEnv | default list -}}
+{{- $name := toString $x.name -}}
+{{- $at := printf "rayCluster.head.extraEnv[%d] (%s)" $i $name -}}
+{{- if eq $name "RAY_REDIS_ADDRESS" -}}
+{{- $e = append $e (printf "%s: expected rayCluster.gcsFaultTolerance.enabled and redisAddress instead (KubeRay refuses the variable in the head pod, with or without GCS fault tolerance), found %s" $at $name) -}}
+{{- else if eq $name "REDIS_USERNAME" -}}
+{{- $e = append $e (printf "%s: expected no Redis user name in the head pod (KubeRay refuses it), found %s" $at $name) -}}
+{{- else if and (eq $name "REDIS_PASSWORD") $rc.gcsFaultTolerance.enabled -}}
+{{- $e = append $e (printf "%s: expected rayCluster.gcsFaultTolerance.redisPasswordSecret instead with GCS fault tolerance (KubeRay refuses the variable then), found %s" $at $name) -}}
+{{- else if and (eq $name "RAY_enable_autoscaler_v2") (has (toString $x.value) (list "1" "true")) -}}
+{{- $e = append $e (printf "%s: expected unset (the chart runs fixed worker replicas without KubeRay's autoscaler, and KubeRay refuses autoscaler v2 without it), found %s=%s" $at $name (toString $x.value)) -}}
+{{- end -}}
+{{- end -}}
+{{- if $rc.gcsFaultTolerance.enabled -}}
+{{- range $k := list "ray.io/ft-enabled" "ray.io/external-storage-namespace" -}}
+{{- if hasKey $ftAnnotations $k -}}
+{{- $e = append $e (printf "%s.%s: expected unset with rayCluster.gcsFaultTolerance.enabled (KubeRay refuses the annotation beside GcsFaultToleranceOptions, which the chart sets), found %q" (ternary "rayJob.annotations" "rayCluster.annotations" (hasKey ($v.rayJob.annotations | default dict) $k)) $k (toString (get $ftAnnotations $k))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* what Kueue's webhooks refuse of a workload it queues, only when the RayJob or RayCluster is created (after every pre-install hook): kueue v0.17.0 pkg/controller/jobs/rayjob/rayjob_webhook.go validateCreate (shutdownAfterJobFinishes) and pkg/controller/jobs/raycluster/common.go ValidateCreate (a worker group named "head") */ -}}
 {{- if $v.scheduling.kueueQueue -}}
 {{- if and (eq $v.mode "rayJob") (not $v.rayJob.shutdownAfterJobFinishes) -}}
