@@ -598,6 +598,7 @@ chart's (the API server keeps both, the container gets the last; in the Ray job'
 over the pod's); a second volume name or mount path is refused by the API server, for the Ray pods only when
 KubeRay creates them, after the install. Computed from the containers and pods the chart renders, and only
 for the lists that are set */ -}}
+{{- if or $v.rayCluster.head.extraEnv $v.rayCluster.workers.extraEnv $v.singleNode.extraEnv $v.hooks.extraEnv $v.recipe.extraEnv -}}
 {{- $owner := dict "NCCL_DEBUG" "gpuPods.nccl.debug" "NCCL_PROTO" "gpuPods.nccl.proto" "NCCL_SOCKET_IFNAME" "gpuPods.nccl.socketIfname" "NCCL_NVLS_ENABLE" "gpuPods.nccl.nvlsEnable" "FI_PROVIDER" "gpuPods.efa.count" "FI_EFA_USE_DEVICE_RDMA" "gpuPods.efa.count" "FI_EFA_FORK_SAFE" "gpuPods.efa.count" "RDMAV_FORK_SAFE" "gpuPods.efa.count" "RAY_AUTH_MODE" "secrets.rayAuth.enabled" "RAY_AUTH_TOKEN_PATH" "secrets.rayAuth.enabled" "NVIDIA_VISIBLE_DEVICES" "rayCluster.head.gpus" "MILES_HOOKS_LOG_FORMAT" "hooks.logFormat" "TENSORBOARD_DIR" "recipe.tracking.tensorboard" "MILES_RM_RETRY_SECONDS" "recipe.reward.retry.seconds" "MILES_SCRIPT_MODEL_NAME" "singleNode.modelName" "MILES_SCRIPT_EXTRA_ARGS" "recipe.extraArgs" -}}
 {{- range (include "miles.secretRefs" . | fromJsonArray) -}}
 {{- $_ := set $owner .env (ternary "secrets.extra" (printf "secrets.%s" .purpose) (eq .purpose "other")) -}}
@@ -640,6 +641,7 @@ for the lists that are set */ -}}
 {{- range $name := keys . | sortAlpha -}}
 {{- if hasKey $own $name -}}
 {{- $e = append $e (printf "recipe.extraEnv.%s: expected a name the chart does not set, found %s, which it sets itself%s; the job's value would silently replace the chart's" $name $name (ternary (printf " from %s: set that instead" (get $owner $name)) "" (hasKey $owner $name))) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
