@@ -190,6 +190,7 @@ debian_packages() {
 # layer cache makes an unchanged build take seconds.
 build_images() {
   debian_packages
+  uv_tool
   "$root/testbed/images/build.sh"
 }
 

@@ -89,14 +89,15 @@ python_base() {
   echo "$ref"
 }
 
-# build NAME DOCKERFILE CONTEXT BASE -> builds localhost/NAME:testbed with buildah's layer cache and
-# prints the image id (this build's own: another clone may retag the shared name meanwhile)
+# build NAME DOCKERFILE CONTEXT BASE [RUN-OPTION...] -> builds localhost/NAME:testbed with buildah's layer cache
+# and prints the image id (this build's own: another clone may retag the shared name meanwhile)
 build() {
   local name=$1 dockerfile=$2 context=$3 base=$4 t0=$SECONDS iid previous
+  shift 4
   log "building localhost/$name:testbed from ${dockerfile#"$root"/}"
   previous=$(image_id "localhost/$name:testbed" || true)
   iid=$(mktemp "$cache/iid-XXXXXX")
-  "${buildah[@]}" bud --quiet --layers --isolation chroot "${registry_trust[@]}" --iidfile "$iid" \
+  "${buildah[@]}" bud --quiet --layers --isolation chroot "${registry_trust[@]}" "$@" --iidfile "$iid" \
     --build-arg "PYTHON_IMAGE=$base" -f "$dockerfile" -t "localhost/$name:testbed" "$context" >/dev/null
   log "built localhost/$name:testbed in $((SECONDS - t0)) s"
   # the image the tag left (its archive stays for a day): without this every change of an input leaves its whole
@@ -142,12 +143,16 @@ pause_image() {
 }
 
 main() {
-  local base hooks reward standin pause
+  local base hooks reward standin pause uv_mounts
   mkdir -p "$cache"
+  # the stand-in installs with this machine's uv and its cache (see its Containerfile); make tools installs uv first
+  local uv="$root/.tools/uv/bin/uv"
+  [[ -x $uv ]] || { echo "testbed/images/build.sh: needs $uv (make tools installs it)" >&2; exit 2; }
+  uv_mounts=(-v "$(dirname "$uv"):/tmp/uv-bin:ro" -v "$("$uv" cache dir):/tmp/uv-cache")
   base=$(python_base)
   hooks=$(build miles-hooks "$root/images/hooks.Dockerfile" "$root" "$base")
   reward=$(build miles-reward "$root/images/reward-service/Dockerfile" "$root/images/reward-service" "$base")
-  standin=$(build miles-standin "$here/miles-standin/Containerfile" "$root" "$base")
+  standin=$(build miles-standin "$here/miles-standin/Containerfile" "$root" "$base" "${uv_mounts[@]}")
   pause=$(pause_image)
   mkdir -p "$manifest_dir"
   {
