@@ -354,6 +354,15 @@ OVERRIDES = {
     "hooks.convert.shmSize": {"$ref": "#/definitions/quantity"},
     "hooks.convert.activeDeadlineSeconds": {"type": "integer", "minimum": 300},
     "hooks.convertCheck.activeDeadlineSeconds": {"type": "integer", "minimum": 60},
+    "hooks.export.command": {
+        "type": "array",
+        "minItems": 1,
+        "items": {"type": "string", "minLength": 1},
+    },
+    "hooks.export.activeDeadlineSeconds": {"type": "integer", "minimum": 300},
+    "hooks.export.backoffLimit": {"type": "integer", "minimum": 0},
+    "hooks.export.ttlSecondsAfterFinished": {"type": "integer", "minimum": 0},
+    "hooks.export.chunkBytes": {"type": "integer", "minimum": 1048576},
     "hooks.prepareData.hfEndpointEnv": {
         "type": "string",
         "pattern": "^([A-Z_][A-Z0-9_]*)?$",
@@ -397,6 +406,7 @@ pos_ints = {
     "recipe.reward.retry.seconds",
     "hooks.convert.nprocPerNode",
     "hooks.convert.lockStaleSeconds",
+    "hooks.export.lockStaleSeconds",
     "reward.workers",
     "reward.maxInflight",
     "checks.health.",

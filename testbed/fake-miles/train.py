@@ -7,9 +7,11 @@ the run's real paths on the shared storage and the HF config.json prepare-data f
 the Ray worker nodes (where the job's driver runs) names the interpreter and the driver
 (``MILES_CONTRACT_PYTHON``, ``MILES_CONTRACT_DRIVER``; testbed/up.sh sets them).
 
-Checkpoints follow Megatron's layout, with placeholder contents: ``<save>/iter_<7 digits>/`` (holding only
-``stand-in.json``) and the tracker ``<save>/latest_checkpointed_iteration.txt``, replaced atomically once
-the iteration's directory is complete. As upstream numbers them, a save after rollout ``i`` is iteration
+Checkpoints follow Megatron's layout: ``<save>/iter_<7 digits>/`` holds ``stand-in.json`` and, when
+``--ref-load`` holds a real torch.distributed.checkpoint (``release/.metadata``), a copy of its files (the
+model's tensors, untrained: what the exporter converts), and the tracker
+``<save>/latest_checkpointed_iteration.txt`` is replaced atomically once the iteration's directory is
+complete. As upstream numbers them, a save after rollout ``i`` is iteration
 ``i``; it happens when ``(i + 1) % --save-interval == 0`` and after the last rollout. A run whose ``--load``
 holds a tracker resumes at rollout N + 1 (N = the tracker's iteration); otherwise it starts at rollout 0
 (from ``--ref-load``).
@@ -29,6 +31,7 @@ the e2e tests delete its Ray head then. Upstream has no such hooks.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -122,11 +125,16 @@ def saves_after(rollout_id: int, save_interval: int | None, num_rollout: int) ->
     return (rollout_id + 1) % save_interval == 0 or rollout_id == num_rollout - 1
 
 
-def save_checkpoint(save: str, iteration: int) -> Path:
+def save_checkpoint(save: str, iteration: int, ref_load: str | None = None) -> Path:
     """Write ``iter_<iteration>/`` under ``save``, then point the tracker at it; returns the iter dir."""
     root = Path(save)
     iter_dir = root / f"iter_{iteration:07d}"
     iter_dir.mkdir(parents=True, exist_ok=True)
+    model = Path(ref_load or "/nonexistent") / "release"
+    if (model / ".metadata").is_file():
+        for src in model.iterdir():
+            if src.is_file():
+                shutil.copyfile(src, iter_dir / src.name)
     doc = {"iteration": iteration, "note": "testbed stand-in checkpoint"}
     (iter_dir / "stand-in.json").write_text(json.dumps(doc) + "\n")
     # A reader (the next attempt, the report hook) must never see a tracker that is half written or
@@ -247,6 +255,7 @@ def main() -> int:
             step=step,
             flat=flat,
             scalars=scalars,
+            ref_load=a["ref_load"],
         )
     finally:
         if scalars is not None:
@@ -263,6 +272,7 @@ def rollouts(
     step: float,
     flat: bool,
     scalars: Scalars | None,
+    ref_load: str | None,
 ) -> int:
     start = time.monotonic()
     for i in range(first, num_rollout):
@@ -276,7 +286,7 @@ def rollouts(
             scalars.add(REPETITION, i, 0.02)
         if not (save and saves_after(i, save_interval, num_rollout)):
             continue
-        save_checkpoint(save, i)
+        save_checkpoint(save, i, ref_load)
         print(f"testbed train.py: saved checkpoint iteration {i} to {save}", flush=True)
         if marker := take_fail_once(save):
             print(

@@ -113,6 +113,7 @@ def helm(version: str, *args: str, check: bool = True, timeout: float = 900) -> 
 REAL_NODE_SIZES = (
     ("hooks", "convert", "resources"),
     ("hooks", "convert", "shmSize"),
+    ("hooks", "export", "resources"),
     ("rayCluster", "head", "resources"),
     ("reward", "resources"),
 )

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Seed the testbed's shared storage with a local Hugging Face mirror (no network on the testbed).
 
-Writes ``<fsx>/hub-mirror/models/<repo>/<revision>/`` (a tiny model: config.json, tokenizer files, one
-safetensors-sized blob) and ``<fsx>/hub-mirror/datasets/<repo>/<revision>/<file>.jsonl`` (a few miles-style
-records) for the repos the scenario files use. prepare-data reads it through ``MILES_HOOKS_SOURCE_DIR``
-(set by values/values-local-testbed.yaml), so the real prepare-data code copies, hashes and marks the files.
+Writes ``<fsx>/hub-mirror/models/<repo>/<revision>/``, a tiny model: config.json, a WordLevel tokenizer
+``transformers`` loads, and real safetensors weights in two shards with their index (zeros, with the tensor
+names, shapes and dtypes the testbed's exporter writes); and ``<fsx>/hub-mirror/datasets/<repo>/<revision>/
+<file>.jsonl``, a few miles-style records, for the repos the scenario files use. prepare-data reads it
+through ``MILES_HOOKS_SOURCE_DIR`` (set by values/values-local-testbed.yaml), so the real prepare-data code
+copies, hashes and marks the files.
 
 Usage: seed.py [--fsx DIR]    (default $FSX_DIR or /tmp/miles-testbed-fsx). Idempotent.
 """
@@ -13,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,74 @@ def write(path: Path, data: str | bytes) -> None:
     tmp.replace(path)
 
 
+def safetensors_bytes(tensors: dict[str, list[int]]) -> bytes:
+    """A safetensors file of bf16 zeros (the format: an 8-byte little-endian header length, the JSON header
+    naming each tensor's dtype, shape and byte range, the data), written without torch: the demo seeds with
+    the machine's python3."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, shape in tensors.items():
+        size = 2 * math.prod(shape)
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + bytes(offset)
+
+
+def base_tensors(vocab: int, hidden: int, layers: int) -> dict[str, list[int]]:
+    """The HF tensors of the test model (tied embeddings, so no lm_head)."""
+    out = {"model.embed_tokens.weight": [vocab, hidden], "model.norm.weight": [hidden]}
+    for i in range(layers):
+        for proj in ("q", "k", "v", "o"):
+            out[f"model.layers.{i}.self_attn.{proj}_proj.weight"] = [hidden, hidden]
+        out[f"model.layers.{i}.mlp.up_proj.weight"] = [4 * hidden, hidden]
+    return out
+
+
+def tokenizer_json() -> dict[str, Any]:
+    """A whitespace WordLevel tokenizer (the tokenizers library's own JSON format)."""
+    special = ["<unk>", "<|endoftext|>"]
+    words = special + [str(i) for i in range(100)] + ["What", "is", "+", "?", "=", "The", "answer"]
+    added = [
+        {
+            "id": i,
+            "content": w,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, w in enumerate(special)
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(words)}, "unk_token": "<unk>"},
+    }
+
+
+def write_weights(d: Path, vocab: int, hidden: int, layers: int) -> None:
+    tensors = base_tensors(vocab, hidden, layers)
+    names = list(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[:2], "model-00002-of-00002.safetensors": names[2:]}
+    weight_map = {}
+    for filename, part in shards.items():
+        write(d / filename, safetensors_bytes({n: tensors[n] for n in part}))
+        weight_map.update(dict.fromkeys(part, filename))
+    total = sum(2 * math.prod(shape) for shape in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    write(d / "model.safetensors.index.json", json.dumps(index, indent=2) + "\n")
+    (d / "model.safetensors").unlink(missing_ok=True)  # the single placeholder blob older seeds wrote
+
+
 def seed(fsx: Path, revision: str = "main") -> Path:
     mirror = fsx / "hub-mirror"
     for repo, (vocab, hidden, layers) in MODELS.items():
@@ -62,9 +134,16 @@ def seed(fsx: Path, revision: str = "main") -> Path:
             "torch_dtype": "bfloat16",
         }
         write(d / "config.json", json.dumps(config, indent=1) + "\n")
-        write(d / "tokenizer_config.json", json.dumps({"model_max_length": 4096}) + "\n")
+        tokenizer_config = {
+            "model_max_length": 4096,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "unk_token": "<unk>",
+            "eos_token": "<|endoftext|>",
+        }
+        write(d / "tokenizer_config.json", json.dumps(tokenizer_config) + "\n")
+        write(d / "tokenizer.json", json.dumps(tokenizer_json(), indent=1) + "\n")
         write(d / "generation_config.json", json.dumps({"temperature": 0.6}) + "\n")
-        write(d / "model.safetensors", b"\0" * 4096)
+        write_weights(d, vocab, hidden, layers)
     for repo, name in DATASETS.items():
         rows = [
             {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "label": str(2 * i)}
@@ -77,9 +156,9 @@ def seed(fsx: Path, revision: str = "main") -> Path:
 def publish_converted(raw: dict[str, Any], mirror: Path) -> None:
     """Make the run's inputs ready on the shared storage, as a previous install would have left them:
     prepare-data (the real library code, from the local mirror) and a published torch_dist checkpoint
-    (a placeholder with the converter's layout and the real completion marker, so the convert hook takes its
-    "already converted" fast path and installs stay quick; test_real_convert.py seeds nothing of this and
-    has the convert hook run a real conversion with the test converter)."""
+    (written by the testbed's test converter with the real completion marker, so the convert hook takes its
+    "already converted" fast path and installs stay quick, and the trainer's checkpoints carry real tensors
+    for the exporter; test_real_convert.py seeds nothing of this and has the convert hook convert)."""
     from miles_hooks.core import fsutil
     from miles_hooks.core import runspec as spec
     from miles_hooks.steps import convert, prepare_data
@@ -98,11 +177,12 @@ def publish_converted(raw: dict[str, Any], mirror: Path) -> None:
     if convert.published_mismatch(target, source) is None:
         return
     tmp = target.with_name(f".{target.name}.seed-{os.getpid()}")
-    (tmp / "release").mkdir(parents=True, exist_ok=True)
-    (tmp / "release" / ".metadata").write_bytes(b"testbed placeholder")
-    (tmp / "release" / "__0_0.distcp").write_bytes(b"\0" * 1024)
-    (tmp / "release" / "common.pt").write_bytes(b"\0" * 64)
-    (tmp / convert.ITERATION_FILE).write_text("release\n")
+    converter = Path(__file__).resolve().parents[2] / "testbed" / "fake-miles" / "tools" / "dcp_converter.py"
+    subprocess.run(
+        [sys.executable, str(converter), "--hf-checkpoint", raw["model"]["hfPath"], "--save", str(tmp)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     marker = {
         "kind": convert.MARKER_KIND,
         "version": 1,

@@ -275,6 +275,14 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
     "pool" $pools.convert
     "requests" $convertRequests
     "runsThisPhase" $convertRuns)
+  "export" (dict
+    "enabled" (eq (include "miles.exportEnabled" .) "true")
+    "onRunEnd" (eq (include "miles.exportOnRunEnd" .) "true")
+    "command" $v.hooks.export.command
+    "dir" (printf "%s/hf" $def.output.dir)
+    "chunkBytes" (int64 $v.hooks.export.chunkBytes)
+    "lockStaleSeconds" (int $v.hooks.export.lockStaleSeconds)
+    "jobTemplate" (include "miles.componentName" (dict "context" . "component" "export")))
 -}}
 {{- toPrettyJson $spec -}}
 {{- end -}}

@@ -126,8 +126,9 @@ miles.checkpointBudget: the space the run needs on the shared volume, as JSON (b
   "totalBytes" (add (mul $peak $perCheckpoint) $weights $weights)) -}}
 {{- end -}}
 
-{{/* miles.pools: JSON {head|worker|convert|reward|hooks: {nodeSelector, tolerations}} after presets; the convert
-pod's pool is the workers' with hooks.convert's own labels (which win) and tolerations added. */}}
+{{/* miles.pools: JSON {head|worker|convert|export|reward|hooks: {nodeSelector, tolerations}} after presets; the
+convert and export pods' pools are the workers' with hooks.convert's / hooks.export's own labels (which win) and
+tolerations added. */}}
 {{- define "miles.pools" -}}
 {{- $v := .Values -}}
 {{- $headSel := deepCopy $v.rayCluster.head.nodeSelector -}}
@@ -159,10 +160,13 @@ pod's pool is the workers' with hooks.convert's own labels (which win) and toler
 {{- end -}}
 {{- $convertSel := merge (deepCopy $v.hooks.convert.nodeSelector) $workerSel -}}
 {{- $convertTol := concat $workerTol $v.hooks.convert.tolerations -}}
+{{- $exportSel := merge (deepCopy $v.hooks.export.nodeSelector) $workerSel -}}
+{{- $exportTol := concat $workerTol $v.hooks.export.tolerations -}}
 {{- toJson (dict
   "head" (dict "nodeSelector" $headSel "tolerations" $headTol)
   "worker" (dict "nodeSelector" $workerSel "tolerations" $workerTol)
   "convert" (dict "nodeSelector" $convertSel "tolerations" $convertTol)
+  "export" (dict "nodeSelector" $exportSel "tolerations" $exportTol)
   "reward" (dict "nodeSelector" $rewardSel "tolerations" $rewardTol)
   "hooks" (dict "nodeSelector" $hooksSel "tolerations" $hooksTol)) -}}
 {{- end -}}

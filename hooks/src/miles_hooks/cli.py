@@ -8,8 +8,8 @@ message and its exit code: 0 ok, 1 check failed, 2 bad input/spec, 3 timeout; SI
 :class:`~miles_hooks.core.errors.Terminated` through the step, whose cleanups run, and exits 143.
 
 The steps import ``kubernetes``, ``ray``, ``torch`` and the like only inside the functions that use
-them, so importing this module needs the standard library only: ``convert`` and ``gpu-check`` run in
-the miles image, which has none of the hooks' pins.
+them, so importing this module needs the standard library only: ``convert``, ``export`` and ``gpu-check``
+run in the miles image, which has none of the hooks' pins.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from miles_hooks.core.errors import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     EXIT_TERMINATED,
+    BadInput,
     CheckFailed,
     HookError,
     Terminated,
@@ -43,6 +44,7 @@ from miles_hooks.core.runspec import DEFAULT_SPEC_PATH, RunSpec, load, load_raw
 from miles_hooks.steps import (
     cleanup,
     convert,
+    export,
     gpu_check,
     plan,
     preflight,
@@ -161,6 +163,23 @@ def do_convert(args: argparse.Namespace) -> Output:
     )
 
 
+def do_export(args: argparse.Namespace) -> Output:
+    iteration = args.iteration if args.iteration is not None else _export_iteration_env()
+    return Output(export.run(_spec(args), iteration=iteration, timeout=args.timeout, force=args.force))
+
+
+def _export_iteration_env() -> int | None:
+    """``$MILES_HOOKS_EXPORT_ITERATION``, set on a Job made from the export template; empty: the newest."""
+    text = os.environ.get("MILES_HOOKS_EXPORT_ITERATION", "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise BadInput(
+            f"MILES_HOOKS_EXPORT_ITERATION: expected a saved iteration number or empty, found {text!r}"
+        )
+    return int(text)
+
+
 def do_wait_ready(args: argparse.Namespace) -> Output:
     return Output(wait_ready.run(_spec(args), timeout=args.timeout))
 
@@ -272,6 +291,20 @@ COMMANDS: tuple[Command, ...] = (
                 action="store_true",
                 help="only check the published result; exit 1 naming what to do when a conversion is needed",
             ),
+        ),
+    ),
+    Command(
+        "export",
+        "export a saved iteration to Hugging Face safetensors, validated, published atomically, recorded",
+        do_export,
+        (
+            timeout_option(export.DEFAULT_TIMEOUT, "to wait for the lock and the exporter (exit 3 after)"),
+            option(
+                "--iteration",
+                type=int,
+                help="the saved iteration to export (default $MILES_HOOKS_EXPORT_ITERATION, else the newest)",
+            ),
+            option("--force", action="store_true", help="export again even when a valid export exists"),
         ),
     ),
     Command(

@@ -97,24 +97,26 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
 {{- /* the RayJob's submitter pod outlives the hook phases, and with them the hooks' own account */ -}}
 {{- $pod := dict
   "serviceAccountName" (ternary (include "miles.submitterServiceAccountName" $ctx) (include "miles.hooksServiceAccountName" $ctx) (eq $s.key "submitter"))
-  "automountToken" (or (has $s.key (list "preflight" "waitReady" "test" "cleanup")) (and (eq $s.key "prepareData") (include "miles.imageFacts" $ctx)))
+  "automountToken" (or (has $s.key (list "preflight" "waitReady" "test" "cleanup")) (and (eq $s.key "prepareData") (include "miles.imageFacts" $ctx)) (and (eq $s.key "submitter") (include "miles.exportOnRunEnd" $ctx)))
   "restartPolicy" "Never"
   "runSpec" $s.runSpec
   "tmp" true
 -}}
-{{- if eq $s.key "convert" -}}
+{{- if has $s.key (list "convert" "export") -}}
+{{- /* the miles image (upstream's converter or exporter) with miles_hooks copied in */ -}}
+{{- $pool := get $pools $s.key -}}
 {{- $_ := merge $pod (dict
   "initContainers" (include "miles.hookCopyContainer" $ctx)
-  "container" (include "miles.hookConvertContainer" $ctx)
+  "container" (ternary (include "miles.hookConvertContainer" $ctx) (include "miles.hookExportContainer" $ctx) (eq $s.key "convert"))
   "volumes" (list (dict "name" "miles-hooks" "emptyDir" (dict "sizeLimit" "256Mi")))
   "volumeMounts" (list (dict "name" "miles-hooks" "mountPath" "/miles-hooks" "readOnly" true))
   "storage" true
-  "annotations" $v.hooks.convert.podAnnotations
-  "shmSize" $v.hooks.convert.shmSize
+  "annotations" (get $v.hooks $s.key).podAnnotations
   "podSecurityContext" $v.gpuPods.podSecurityContext
-  "nodeSelector" $pools.convert.nodeSelector
-  "tolerations" $pools.convert.tolerations
+  "nodeSelector" $pool.nodeSelector
+  "tolerations" $pool.tolerations
   "scheduling" true) -}}
+{{- if eq $s.key "convert" }}{{ $_ := set $pod "shmSize" $v.hooks.convert.shmSize }}{{ end -}}
 {{- else -}}
 {{- $_ := merge $pod (dict
   "container" (include "miles.hookContainer" (dict "context" $ctx "step" $s))
@@ -214,6 +216,76 @@ resources:
   {{- include "miles.gpuResources" (dict "context" . "base" $v.hooks.convert.resources "gpus" (int $v.hooks.convert.nprocPerNode) "efa" false) | nindent 2 }}
 securityContext:
   {{- toYaml $v.gpuPods.securityContext | nindent 2 }}
+{{- end -}}
+
+{{/* miles.hookExportContainer: the export step in the miles image, on CPU; MILES_HOOKS_EXPORT_ITERATION (empty: the newest) is set on a Job made from the template to export another iteration. */}}
+{{- define "miles.hookExportContainer" -}}
+{{- $v := .Values -}}
+name: export
+image: {{ include "miles.image" . }}
+imagePullPolicy: {{ $v.image.pullPolicy }}
+command:
+  - python3
+  - -m
+  - miles_hooks
+  - export
+  - --spec
+  - /etc/miles/run.json
+  - --log-format
+  - {{ $v.hooks.logFormat }}
+  - --timeout
+  {{- /* 120 s under the Job's deadline, so the exporter exits with a message first */}}
+  - {{ sub (int $v.hooks.export.activeDeadlineSeconds) 120 | toString | quote }}
+env:
+  {{- include "miles.hookEnv" (dict "context" . "hf" false "ray" false) | nindent 2 }}
+  - name: PYTHONPATH
+    value: /miles-hooks
+  - name: MILES_HOOKS_EXPORT_ITERATION
+    value: ""
+resources:
+  {{- include "miles.exportResources" . | nindent 2 }}
+securityContext:
+  {{- toYaml $v.gpuPods.securityContext | nindent 2 }}
+{{- end -}}
+
+{{/*
+miles.exportMemoryBytes: the export pod's memory request in bytes: hooks.export.resources' when set, else the
+model's tensors twice (the exporter holds them read and converted) in bf16, model.parameterCount × 2 × 2, plus
+8 GiB for the interpreter with torch, Megatron and SGLang imported.
+*/}}
+{{- define "miles.exportMemoryBytes" -}}
+{{- $set := (.Values.hooks.export.resources.requests | default dict).memory -}}
+{{- if $set -}}
+{{- include "miles.quantityBytes" $set -}}
+{{- else -}}
+{{- add (mul (int64 .Values.model.parameterCount) 4) (mul 8 1073741824) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* miles.exportResources: hooks.export.resources with the computed memory request (and limit) when none is set. */}}
+{{- define "miles.exportResources" -}}
+{{- $r := deepCopy .Values.hooks.export.resources -}}
+{{- $requests := $r.requests | default dict -}}
+{{- if not $requests.memory -}}
+{{- $mem := printf "%dMi" (div (add (include "miles.exportMemoryBytes" . | int64) 1048575) 1048576) -}}
+{{- $_ := set $requests "memory" $mem -}}
+{{- $limits := $r.limits | default dict -}}
+{{- if not $limits.memory }}{{ $_ := set $limits "memory" $mem }}{{ end -}}
+{{- $_ := set $r "limits" $limits -}}
+{{- end -}}
+{{- $_ := set $r "requests" $requests -}}
+{{- toYaml $r -}}
+{{- end -}}
+
+{{/* miles.exportEnabled: "true" when the release renders the export template (hooks on, megatron backend). */}}
+{{- define "miles.exportEnabled" -}}
+{{- $v := .Values -}}
+{{- if and $v.hooks.enabled $v.hooks.export.enabled (eq $v.model.trainBackend "megatron") }}true{{ end -}}
+{{- end -}}
+
+{{/* miles.exportOnRunEnd: "true" when the RayJob's submitter makes an export Job as the run ends (and so holds the rights to). */}}
+{{- define "miles.exportOnRunEnd" -}}
+{{- if and (include "miles.exportEnabled" .) .Values.hooks.export.onRunEnd (eq .Values.mode "rayJob") }}true{{ end -}}
 {{- end -}}
 
 {{/*

@@ -5,7 +5,7 @@ A pod template is only turned into Pods later, by its controller (the KubeRay op
 Deployment controllers), and the admission plugins that judge Pods (Pod Security, quotas, priority
 classes, the ServiceAccount plugin) see it only then; a CRD's schema does not even apply Kubernetes' Pod
 rules (toleration shapes, requests above limits, quantities, names). So each pod template of a
-RayCluster, RayJob (its cluster and its submitter), Job or Deployment is also sent as a Pod of its
+RayCluster, RayJob (its cluster and its submitter), Job, CronJob or Deployment is also sent as a Pod of its
 own. Every request is a server-side apply with dryRun=All: nothing is stored, and an object the
 release already holds (an upgrade) is checked as the update it would get.
 """
@@ -73,6 +73,9 @@ def _pod_templates(obj: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]
         return _ray_cluster_templates(spec, "spec.")
     if obj["kind"] in WORKLOADS:
         return [("pod", "spec.template", spec.get("template") or {})]
+    if obj["kind"] == "CronJob":
+        job = (spec.get("jobTemplate") or {}).get("spec") or {}
+        return [("pod", "spec.jobTemplate.spec.template", job.get("template") or {})]
     return []
 
 

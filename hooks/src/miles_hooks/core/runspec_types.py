@@ -249,6 +249,16 @@ class ConvertSpec(TypedDict):
     runsThisPhase: bool
 
 
+class ExportSpec(TypedDict):
+    enabled: bool
+    onRunEnd: bool
+    command: list[str]
+    dir: str
+    chunkBytes: int
+    lockStaleSeconds: int
+    jobTemplate: str
+
+
 class RawSpec(TypedDict):
     """The whole run spec: the ConfigMap `<fullname>-run`, key `run.json`."""
 
@@ -272,3 +282,4 @@ class RawSpec(TypedDict):
     checks: ChecksSpec
     prepare: PrepareSpec
     convert: ConvertSpec
+    export: ExportSpec

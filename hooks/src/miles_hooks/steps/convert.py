@@ -23,22 +23,16 @@ Sequence:
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import hashlib
 import os
 import shlex
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import fsutil, log
-from miles_hooks.core.errors import CheckFailed, HookTimeout
+from miles_hooks.core import fsutil, log, publish
+from miles_hooks.core.errors import CheckFailed
 from miles_hooks.core.lockfile import FileLock
 from miles_hooks.core.model_args import expand_model_args
 from miles_hooks.core.runspec import RunSpec
@@ -222,67 +216,21 @@ def validate(result_dir: Path, hf_config: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- orchestration
 
 
-def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def run_converter(raw: RawSpec, save_dir: Path, deadline: float, lock: FileLock) -> None:
-    argv = converter_argv(raw, str(save_dir))
     env = dict(os.environ)
     env.update(raw["runtimeEnv"]["envVars"])
     workdir = Path(raw["train"]["workdir"])
-    cwd = str(workdir) if workdir.is_dir() else None
-    LOG.info(
-        "running the converter",
-        extra={"fields": {"command": shlex.join(argv[3:]), "cwd": cwd or ".", "save": str(save_dir)}},
-    )
-    started = time.monotonic()
-    # the converter's output goes to our stderr (the log); stdout stays for --json
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
+    publish.run_tool(
+        converter_argv(raw, str(save_dir)),
+        what="converter",
         env=env,
-        stdout=sys.stderr,
-        start_new_session=True,
-        preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - the only other thread is the lock heartbeat
+        cwd=str(workdir) if workdir.is_dir() else None,
+        deadline=deadline,
+        lock=lock,
+        failure_hint="host OOM on large models: raise the convert Job's memory, or use "
+        "hooks.convert.nprocPerNode",
+        deadline_hint="raise the convert Job's activeDeadlineSeconds / --timeout",
     )
-    try:
-        while True:
-            try:
-                code = proc.wait(timeout=5)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if lock.lost:
-                raise CheckFailed("lost the conversion lock while converting; another converter took over")
-            if time.monotonic() >= deadline:
-                raise HookTimeout(
-                    f"the converter ran past the deadline ({time.monotonic() - started:.0f}s); "
-                    "raise the convert Job's activeDeadlineSeconds / --timeout"
-                )
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    if code != 0:
-        raise CheckFailed(
-            f"the converter exited with code {code} after {time.monotonic() - started:.0f}s; "
-            "see its output above (host OOM on large models: raise the convert Job's memory, "
-            "or use hooks.convert.nprocPerNode)"
-        )
-    LOG.info("converter finished", extra={"fields": {"seconds": round(time.monotonic() - started, 1)}})
-
-
-def _cleanup_leftovers(target: Path) -> None:
-    for leftover in target.parent.glob(f".{target.name}.tmp-*"):
-        LOG.info(
-            "removing the leftover of an interrupted conversion", extra={"fields": {"path": str(leftover)}}
-        )
-        shutil.rmtree(leftover, ignore_errors=True)
-    for old in target.parent.glob(f".{target.name}.stale-*"):
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def run(
@@ -324,16 +272,9 @@ def run(
                 "reason": "converted concurrently",
                 "target": str(target),
             }
-        _cleanup_leftovers(target)
-        if target.exists():
-            aside = target.parent / f".{target.name}.stale-{int(time.time())}"
-            LOG.info(
-                "moving the invalid/outdated result aside",
-                extra={"fields": {"reason": why, "to": str(aside)}},
-            )
-            os.rename(target, aside)
-            shutil.rmtree(aside, ignore_errors=True)
-        tmp = target.parent / f".{target.name}.tmp-{socket.gethostname()}-{os.getpid()}"
+        publish.remove_leftovers(target, "conversion")
+        publish.move_aside(target, why)
+        tmp = publish.staging_dir(target)
         tmp.mkdir()
         try:
             run_converter(raw, tmp, deadline, lock)
@@ -348,10 +289,7 @@ def run(
                 "convertedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
             fsutil.atomic_write_json(tmp / MARKER, marker)
-            if not lock.held():
-                raise CheckFailed(f"lost the lock {lock.path} before publishing; not publishing")
-            os.rename(tmp, target)
-            fsutil.fsync_dir(target.parent)
+            publish.publish(tmp, target, lock)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
