@@ -239,9 +239,8 @@ build_cluster() {
     kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl \
     kubelet=k8s.io/kubernetes/cmd/kubelet kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
   cluster_module etcd "" etcd=go.etcd.io/etcd/server/v3
-  cluster_module kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok
+  cluster_module kwok "" kwok=sigs.k8s.io/kwok/cmd/kwok coredns=github.com/miles-k8s/ci/tools/kwok/coredns
   cluster_module kuberay "" kuberay-operator=github.com/ray-project/kuberay/ray-operator
-  cluster_module coredns "" coredns=.
   # CRDs from the same pinned modules: KubeRay's, and kwok's Logs (so `kubectl logs` reaches runner pods).
   local src
   mkdir -p "$tools/kuberay/crds" "$tools/kwok/crds"
@@ -312,7 +311,7 @@ declare -A PART_MARKS=(
   [helm4]=stamps/go-helm4 [helm]="stamps/go-helm4 stamps/go-helm-test-tools" [helmfile]=stamps/go-helmfile
   [registry]=stamps/go-registry [uv]=stamps/uv [python]=stamps/venv [schemas]=stamps/kubeconform-schemas
   [checkov]=stamps/checkov [contract]=stamps/miles-contract [cluster-test]=stamps/cluster-kueue
-  [cluster]="stamps/cluster-kubernetes stamps/cluster-etcd stamps/cluster-kwok stamps/cluster-kuberay stamps/cluster-coredns"
+  [cluster]="stamps/cluster-kubernetes stamps/cluster-etcd stamps/cluster-kwok stamps/cluster-kuberay"
   [images]=images/manifest.json [rayworker]=stamps/ray-worker
 )
 declare -A PART_WHAT=(

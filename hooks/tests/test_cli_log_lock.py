@@ -83,7 +83,8 @@ def test_gpu_check_forwards_arguments() -> None:
 
 def test_import_is_light() -> None:
     code = (
-        "import sys, miles_hooks, miles_hooks.cli, miles_hooks.steps.convert, miles_hooks.core.runspec;"
+        "import sys, miles_hooks, miles_hooks.cli, miles_hooks.steps.convert, miles_hooks.steps.export,"
+        " miles_hooks.core.runspec;"
         "names = ('ray', 'kubernetes', 'huggingface_hub', 'jsonschema', 'torch');"
         "heavy = [m for m in names if m in sys.modules];"
         "print(heavy)"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from hooks_testlib import REPO, read_until, run_cli, spec_in, write
-from miles_hooks.core import fsutil, hf_checkpoint
+from miles_hooks.core import export_jobs, exported, fsutil, hf_checkpoint
 from miles_hooks.core import runspec as specmod
 from miles_hooks.core.errors import BadInput, CheckFailed
 from miles_hooks.steps import export
@@ -206,3 +206,54 @@ def test_nothing_saved_yet_is_a_failed_check(tmp_path: Path) -> None:
     (Path(raw["output"]["checkpointDir"]) / "latest_checkpointed_iteration.txt").unlink()
     with pytest.raises(CheckFailed, match="holds no complete checkpoint yet"):
         export.run(spec(raw))
+
+
+def test_export_jobs_are_named_per_run_and_iteration_within_the_label_limit() -> None:
+    long_template = "a-release-name-that-is-quite-long-indeed-and-then-some-export"
+    name = export_jobs.job_name(long_template, "run-1", 1234567)
+    assert len(name) <= 63 and name.endswith("-1234567")
+    assert name == export_jobs.job_name(long_template, "run-1", 1234567)  # a retried submitter: the same Job
+    assert name != export_jobs.job_name(long_template, "run-2", 1234567)  # another run: another Job
+
+
+def test_an_export_job_is_the_templates_job_with_the_iteration_owned_by_the_template() -> None:
+    cronjob = {
+        "metadata": {"name": "miles-export", "namespace": "ml", "uid": "u-1"},
+        "spec": {
+            "jobTemplate": {
+                "metadata": {"labels": {"app.kubernetes.io/component": "hook-export"}},
+                "spec": {
+                    "backoffLimit": 2,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "export",
+                                    "env": [{"name": "MILES_HOOKS_EXPORT_ITERATION", "value": ""}],
+                                }
+                            ]
+                        }
+                    },
+                },
+            }
+        },
+    }
+    job = export_jobs.job_from_template(cronjob, "miles-export-abc-7", 7)
+    assert job["spec"]["backoffLimit"] == 2
+    assert job["spec"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "MILES_HOOKS_EXPORT_ITERATION", "value": "7"}
+    ]
+    assert job["metadata"]["ownerReferences"][0] | {"uid": "u-1"} == job["metadata"]["ownerReferences"][0]
+    assert job["metadata"]["labels"] == {"app.kubernetes.io/component": "hook-export"}
+    assert (
+        cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] == ""
+    )
+
+
+def test_the_report_shows_the_newest_export(tmp_path: Path) -> None:
+    raw = export_spec(tmp_path, saved=(1, 3))
+    export.run(spec(raw), iteration=1)
+    export.run(spec(raw))
+    found = exported.published(raw["export"]["dir"])
+    assert [e["iteration"] for e in found] == [1, 3]
+    assert found[-1]["path"].endswith("hf/iter_0000003") and found[-1]["bytes"] > 0

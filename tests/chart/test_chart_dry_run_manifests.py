@@ -25,6 +25,10 @@ BEFORE_PREFLIGHT = {
     ("RoleBinding", f"{RELEASE}-hooks-preflight"),
     ("Job", f"{RELEASE}-preflight"),
     ("NetworkPolicy", f"{RELEASE}-egress-hooks"),
+    # the submitter's RBAC (hooks.export.onRunEnd): a dry-run Role is held to RBAC's escalation check, which
+    # would need the hooks' account to hold the rights it grants
+    ("Role", f"{RELEASE}-submitter"),
+    ("RoleBinding", f"{RELEASE}-submitter"),
 }
 # values that add objects no shipped scenario renders
 OPTIONAL_OBJECTS = {"egress policy": ("--set", "networkPolicy.egress.enabled=true")}

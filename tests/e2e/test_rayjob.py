@@ -16,10 +16,12 @@ import json
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import harness as tb
 import pytest
+import yaml
 from test_lifecycle import leftovers
 
 pytestmark = pytest.mark.cluster
@@ -68,13 +70,21 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
     namespace: str, inputs_ready: Callable[..., Any]
 ) -> None:
     helm, release = "helm4", "miles"
+    # the export pod pauses once its weights are written (the stand-in exporter's knob) until this file exists
+    resume_export = f"/fsx/runs/e2e-export-resume-{namespace}"
+    hooks_env = yaml.safe_load(tb.OVERLAY.read_text())["hooks"]["extraEnv"] + [
+        {"name": "HF_EXPORTER_PAUSE_AT", "value": "written"},
+        {"name": "HF_EXPORTER_RELEASE", "value": resume_export},
+    ]
     extra = [
         "--set", "mode=rayJob",
         "--set", "rayJob.backoffLimit=1",
         "--set", f"recipe.numRollout={NUM_ROLLOUT}",
         "--set", f"recipe.saveInterval={SAVE_INTERVAL}",
+        "--set-json", f"hooks.extraEnv={json.dumps(hooks_env)}",
     ]  # fmt: skip
     raw = inputs_ready(COLOCATED, release, namespace, extra)
+    tb.host_path(resume_export).unlink(missing_ok=True)
     out_dir = tb.host_path(raw["output"]["dir"])
     checkpoints = tb.host_path(raw["output"]["checkpointDir"])
     marker = out_dir / "testbed-fail-once"
@@ -128,10 +138,18 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
     freed = time.monotonic() - ended_at
     assert not tb.kget("rayclusters.ray.io", namespace)["items"]
     tb.wait_for_no_ray_workers(namespace, 120)
+
+    exported = export_path(raw, namespace, out_dir, resume_export)
     # mode rayJob's hooks: preflight and prepare-data (the image's version report) alone call the API (no
-    # wait-ready, no status pod; the submitter has no token), and they were refused nothing
+    # wait-ready, no status pod), and they were refused nothing; the submitter's own account read the export
+    # template and made one Job from it, nothing else, and was refused nothing
     callers = {"miles-preflight", "miles-prepare-data"}
     assert tb.check_hooks_api_use(namespace, callers) == callers
+    submitter = {
+        (e["verb"], (e.get("objectRef") or {}).get("resource"), (e.get("responseStatus") or {}).get("code"))
+        for e in tb.audit_events(namespace, "miles-submitter")
+    }
+    assert submitter == {("get", "cronjobs", 200), ("create", "jobs", 201)}, submitter
     # uninstall: the pre-delete cleanup answers for the hooks' own pods, not for the submitter's, which
     # KubeRay's Job owns and the RayJob's deletion takes (waiting for them timed the uninstall out)
     t0 = time.monotonic()
@@ -141,7 +159,82 @@ def test_a_failed_attempt_is_retried_on_a_new_cluster_that_resumes_then_the_gpus
     print(
         f"\nrayJob ({helm}): install {installed:.1f}s, install start -> job running {to_running:.1f}s, "
         f"job end -> GPU pods gone {freed:.1f}s, attempts failed {status.get('failed') or 0}, "
-        f"uninstall {uninstalled:.1f}s"
+        f"uninstall {uninstalled:.1f}s; {exported}"
+    )
+
+
+def export_jobs(ns: str) -> dict[str, dict[str, Any]]:
+    jobs = tb.kget("jobs.batch", ns, selector="app.kubernetes.io/component=hook-export")["items"]
+    return {j["metadata"]["name"]: j for j in jobs}
+
+
+def job_done(ns: str, name: str) -> dict[str, Any] | None:
+    job = export_jobs(ns).get(name) or {}
+    conditions = {c["type"]: c["status"] for c in (job.get("status") or {}).get("conditions") or []}
+    if conditions.get("Failed") == "True":
+        logs = tb.kubectl("logs", "-n", ns, f"job/{name}", "--all-containers", check=False).out
+        raise AssertionError(f"export Job {name} failed: {json.dumps(job.get('status'))}\n{logs[-3000:]}")
+    return job if conditions.get("Complete") == "True" else None
+
+
+def export_path(raw: dict[str, Any], ns: str, out_dir: Path, resume_export: str) -> str:
+    """The run ended: the submitter's export Job exports the last checkpoint; its pod, deleted once its
+    weights are written, leaves nothing published, and the Job's next pod publishes it whole; then helm test
+    shows it, an older iteration is exported on demand from the template, and a second export of the same
+    one is a no-op."""
+    hf = out_dir / "hf"
+    last = f"iter_{NUM_ROLLOUT - 1:07d}"
+
+    def paused_pod() -> str | None:
+        for pod in tb.kget("pods", ns, selector="app.kubernetes.io/component=hook-export")["items"]:
+            name = pod["metadata"]["name"]
+            if "hf_exporter: paused at written" in tb.kubectl("logs", "-n", ns, name, check=False).out:
+                return str(name)
+        return None
+
+    started = time.monotonic()
+    pod = wait_for("the export pod to write the weights", ns, paused_pod, timeout=300)
+    (job_name,) = export_jobs(ns)
+    assert any(p.name.startswith(f".{last}.tmp-") for p in hf.iterdir()), list(hf.iterdir())
+    assert not (hf / last).exists(), "published before validation"
+    tb.kubectl("delete", "pod", "-n", ns, pod, "--wait=true", timeout=120)
+    assert not (hf / last).exists(), "a killed exporter published"
+    tb.host_path(resume_export).write_text("go on\n")
+    wait_for("the export Job's next pod to publish", ns, lambda: job_done(ns, job_name), timeout=300)
+    on_end = time.monotonic() - started
+    marker = json.loads((hf / last / ".miles-hooks-exported.json").read_text())
+    assert marker["source"]["iteration"] == NUM_ROLLOUT - 1, marker
+    assert {f["name"] for f in marker["files"]} >= {"config.json", "model.safetensors.index.json"}
+    assert sorted(p.name for p in hf.iterdir()) == [last], list(hf.iterdir())  # no staging, no lock left
+    provenance = json.loads(tb.host_path(raw["output"]["provenanceFile"]).read_text())
+    assert [e["iteration"] for e in provenance["exports"]] == [NUM_ROLLOUT - 1]
+
+    test = tb.helm("helm4", "test", "miles", "-n", ns, "--timeout", "5m", "--logs", check=False)
+    said = test.out + test.err
+    assert f"export         : {last} as Hugging Face safetensors at {raw['export']['dir']}/{last}" in said, (
+        said[-3000:]
+    )
+
+    # on demand, as docs/export.md shows: a Job from the template, with the iteration set
+    template = raw["export"]["jobTemplate"]
+    from_template = ["create", "job", "-n", ns, "export-iter-1", f"--from=cronjob/{template}"]
+    job = tb.kubectl(*from_template, "--dry-run=client", "-o", "yaml").out
+    set_env = ["set", "env", "--local", "-f", "-", "MILES_HOOKS_EXPORT_ITERATION=1", "-o", "yaml"]
+    job = tb.run([str(tb.TOOLS_BIN / "kubectl"), *set_env], stdin=job).out
+    tb.kubectl_apply(job)
+    t0 = time.monotonic()
+    wait_for("the on-demand export of iteration 1", ns, lambda: job_done(ns, "export-iter-1"), timeout=300)
+    older = time.monotonic() - t0
+    assert (hf / "iter_0000001" / ".miles-hooks-exported.json").is_file()
+    tb.kubectl("create", "job", "-n", ns, "export-again", f"--from=cronjob/{template}")
+    t0 = time.monotonic()
+    wait_for("the second export of the last iteration", ns, lambda: job_done(ns, "export-again"), timeout=300)
+    again = time.monotonic() - t0
+    log = tb.kubectl("logs", "-n", ns, "job/export-again", check=False).out
+    assert "this iteration is exported already; nothing to do" in log, log[-3000:]
+    return (
+        f"export at the run's end (a pod killed mid-way) {on_end:.0f}s, on demand {older:.0f}s, "
+        f"again {again:.0f}s"
     )
 
 

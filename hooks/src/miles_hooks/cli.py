@@ -201,7 +201,10 @@ def do_run_job(args: argparse.Namespace) -> Output:
     submitted = submit.run(attempt.spec)
     if submitted["state"] == "FINISHED":
         run_job.close_finished(attempt, submitted["latestIteration"], submit.metadata(attempt.spec.raw))
-    return Output({**run_job.follow_to_end(attempt), "created": submitted["created"]})
+    ended = run_job.follow_to_end(attempt)
+    return Output(
+        {**ended, **run_job.export_on_end(attempt, ended["state"]), "created": submitted["created"]}
+    )
 
 
 def do_cleanup(args: argparse.Namespace) -> Output:

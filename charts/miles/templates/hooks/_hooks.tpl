@@ -277,10 +277,9 @@ model's tensors twice (the exporter holds them read and converted) in bf16, mode
 {{- toYaml $r -}}
 {{- end -}}
 
-{{/* miles.exportEnabled: "true" when the release renders the export template (hooks on, megatron backend). */}}
+{{/* miles.exportEnabled: "true" when the release renders the export template (hooks.enabled and hooks.export.enabled). */}}
 {{- define "miles.exportEnabled" -}}
-{{- $v := .Values -}}
-{{- if and $v.hooks.enabled $v.hooks.export.enabled (eq $v.model.trainBackend "megatron") }}true{{ end -}}
+{{- if and .Values.hooks.enabled .Values.hooks.export.enabled }}true{{ end -}}
 {{- end -}}
 
 {{/* miles.exportOnRunEnd: "true" when the RayJob's submitter makes an export Job as the run ends (and so holds the rights to). */}}
@@ -391,7 +390,8 @@ tests/chart checks that every template file is either listed here or named as le
   "reward/poddisruptionbudget.yaml"
   "reward/podmonitor.yaml"
   "reward/networkpolicy.yaml"
-  "hooks/job.yaml") -}}
+  "hooks/job.yaml"
+  "hooks/export-cronjob.yaml") -}}
 {{- end -}}
 
 {{- define "miles.dryRunManifests" -}}
@@ -414,14 +414,14 @@ for the pod templates of the RayCluster, Jobs and Deployments (preflight dry-run
 the chart renders only.
 */}}
 {{- define "miles.dryRunResources" -}}
-{{- $plural := dict "ServiceAccount" "serviceaccounts" "StorageClass" "storageclasses" "PersistentVolume" "persistentvolumes" "PersistentVolumeClaim" "persistentvolumeclaims" "ConfigMap" "configmaps" "NetworkPolicy" "networkpolicies" "RayCluster" "rayclusters" "RayJob" "rayjobs" "Job" "jobs" "Deployment" "deployments" "Service" "services" "PodDisruptionBudget" "poddisruptionbudgets" "PodMonitor" "podmonitors" "Pod" "pods" -}}
+{{- $plural := dict "ServiceAccount" "serviceaccounts" "StorageClass" "storageclasses" "PersistentVolume" "persistentvolumes" "PersistentVolumeClaim" "persistentvolumeclaims" "ConfigMap" "configmaps" "NetworkPolicy" "networkpolicies" "RayCluster" "rayclusters" "RayJob" "rayjobs" "Job" "jobs" "Deployment" "deployments" "Service" "services" "PodDisruptionBudget" "poddisruptionbudgets" "PodMonitor" "podmonitors" "Pod" "pods" "CronJob" "cronjobs" -}}
 {{- $cluster := list "StorageClass" "PersistentVolume" -}}
 {{- $out := dict -}}
 {{- range $doc := splitList "\n---\n" (include "miles.dryRunManifests" .) -}}
 {{- $obj := fromYaml $doc -}}
 {{- if and $obj.kind (not (has $obj.kind $cluster)) -}}
 {{- $kinds := list $obj.kind -}}
-{{- if has $obj.kind (list "RayCluster" "RayJob" "Job" "Deployment") }}{{ $kinds = append $kinds "Pod" }}{{ end -}}
+{{- if has $obj.kind (list "RayCluster" "RayJob" "Job" "CronJob" "Deployment") }}{{ $kinds = append $kinds "Pod" }}{{ end -}}
 {{- range $kind := $kinds -}}
 {{- $group := ternary "" (regexReplaceAll "/[^/]*$" $obj.apiVersion "") (eq $kind "Pod") -}}
 {{- if not (contains "/" $obj.apiVersion) }}{{ $group = "" }}{{ end -}}

@@ -41,6 +41,9 @@ class Api:
     def custom(self) -> Any:
         return _client_module().CustomObjectsApi(self.client)
 
+    def batch(self) -> Any:
+        return _client_module().BatchV1Api(self.client)
+
     def to_dict(self, obj: Any) -> dict[str, Any]:
         value = self.client.sanitize_for_serialization(obj)
         return value if isinstance(value, dict) else {}

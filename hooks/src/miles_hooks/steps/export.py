@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import fsutil, hf_checkpoint, log, publish, resume
+from miles_hooks.core import exported, fsutil, hf_checkpoint, log, publish, resume
 from miles_hooks.core.errors import BadInput, CheckFailed
 from miles_hooks.core.lockfile import FileLock
 from miles_hooks.core.runspec import RunSpec
@@ -40,8 +40,8 @@ from miles_hooks.core.runspec_types import RawSpec
 
 LOG = log.get("export")
 
-MARKER = ".miles-hooks-exported.json"
-MARKER_KIND = "miles-hooks/exported"
+MARKER = exported.MARKER
+MARKER_KIND = exported.MARKER_KIND
 LOCK = ".export.lock"
 DEFAULT_TIMEOUT = 4 * 3600.0
 LOADABLE_CHECK = """
@@ -102,8 +102,8 @@ def published_mismatch(target: Path, source: dict[str, Any]) -> str | None:
     """Why ``target`` is not a valid export of ``source`` (None when it is). Stats only."""
     if not target.exists():
         return "not exported yet"
-    marker = fsutil.read_json(target / MARKER)
-    if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND:
+    marker = exported.marker(target)
+    if marker is None:
         return f"{target} has no completion marker (partial or foreign result)"
     if marker.get("source") != source:
         changed = sorted(k for k in source if (marker.get("source") or {}).get(k) != source[k])
@@ -158,12 +158,12 @@ def check_loadable(model_dir: Path) -> str:
 def validate(staging: Path, base: Path) -> dict[str, Any]:
     """The export against the base model; CheckFailed listing every difference, naming the tensor."""
     problems = [f"{name}: missing from the export" for name in hf_checkpoint.missing_assets(staging)]
-    exported = hf_checkpoint.tensor_table(staging)
-    problems += hf_checkpoint.compare(hf_checkpoint.tensor_table(base), exported)
+    tensors = hf_checkpoint.tensor_table(staging)
+    problems += hf_checkpoint.compare(hf_checkpoint.tensor_table(base), tensors)
     if problems:
         raise CheckFailed(f"the exported model does not match the base model {base}:", problems)
     loaded = check_loadable(staging)
-    return {"tensors": len(exported), "loadedAs": loaded}
+    return {"tensors": len(tensors), "loadedAs": loaded}
 
 
 def checksummed_files(directory: Path) -> list[dict[str, Any]]:
@@ -302,23 +302,3 @@ def run(
     }
     LOG.info("published the Hugging Face model", extra={"fields": result})
     return result
-
-
-def describe(raw: RawSpec) -> list[dict[str, Any]]:
-    """The run's published exports (for status and report): iteration, path, when, files."""
-    root = Path(raw["export"]["dir"])
-    out = []
-    for path in sorted(root.glob("iter_*")):
-        marker = fsutil.read_json(path / MARKER)
-        if isinstance(marker, dict) and marker.get("kind") == MARKER_KIND:
-            files = marker.get("files") or []
-            out.append(
-                {
-                    "iteration": (marker.get("source") or {}).get("iteration"),
-                    "path": str(path),
-                    "exportedAt": marker.get("exportedAt"),
-                    "files": len(files),
-                    "bytes": sum(int(f.get("size") or 0) for f in files),
-                }
-            )
-    return out

@@ -44,8 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import log, rayjobs, resume
-from miles_hooks.core.errors import BadInput, CheckFailed
+from miles_hooks.core import export_jobs, kube, log, rayjobs, resume
+from miles_hooks.core.errors import BadInput, CheckFailed, HookError
 from miles_hooks.core.runspec import RunSpec
 
 LOG = log.get("run-job")
@@ -254,3 +254,27 @@ def follow_to_end(run: Attempt) -> dict[str, Any]:
         extra={"fields": {"submission_id": run.submission_id, "state": state, "message": message[:300]}},
     )
     return {"submissionId": run.submission_id, "state": state, "message": message}
+
+
+def export_on_end(run: Attempt, state: str, connect: Callable[[], kube.Api] = kube.connect) -> dict[str, Any]:
+    """The run ended: start the export Job of its last checkpoint (``export.onRunEnd``). A Job that cannot
+    be made is logged with the command that makes it by hand, never a failure of the run: the training is
+    done."""
+    raw = run.spec.raw
+    if state != "SUCCEEDED" or not raw["export"]["onRunEnd"]:
+        return {}
+    latest = resume.latest_iteration(Path(raw["output"]["checkpointDir"]))
+    if latest is None:
+        LOG.warning("the run ended with no checkpoint saved: nothing to export")
+        return {}
+    try:
+        return {"export": export_jobs.start(connect(), raw, latest)}
+    except HookError as exc:
+        namespace, template = raw["release"]["namespace"], raw["export"]["jobTemplate"]
+        by_hand = f"kubectl create job -n {namespace} {template}-{latest} --from=cronjob/{template}"
+        LOG.error(
+            f"could not start the export of checkpoint {latest}: {exc}. The run itself succeeded; start the "
+            f"export by hand: {by_hand}",
+            extra={"fields": {"submission_id": run.submission_id}},
+        )
+        return {"export": {"error": str(exc), "iteration": latest}}

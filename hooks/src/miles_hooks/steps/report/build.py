@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from miles_hooks.core import log
+from miles_hooks.core import exported, log
 from miles_hooks.core.errors import BadInput, CheckFailed
 from miles_hooks.core.fsutil import human_bytes
 from miles_hooks.core.runspec import RunSpec
@@ -209,6 +209,7 @@ def collect(
         "idleMinutes": None if verdict.idle_seconds is None else round(verdict.idle_seconds / 60.0, 1),
         "provenance": prov,
         "checkpoints": ckpt.as_dict(),
+        "exports": {"dir": raw["export"]["dir"], "published": exported.published(raw["export"]["dir"])},
         "space": space_info,
         "tensorboard": {
             "dir": tb.directory,

@@ -85,6 +85,16 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"checkpoints    : none complete in {ckpt['dir']}")
     else:
         lines.append(f"checkpoints    : {ckpt['dir']} does not exist yet")
+    published = result["exports"]["published"]
+    if published:
+        last = published[-1]
+        lines.append(
+            f"export         : iter_{last['iteration']:07d} as Hugging Face safetensors at {last['path']} "
+            f"({human_bytes(last['bytes'])}, {last['files']} files, exported {last['exportedAt']})"
+            + (f"; {len(published)} exports in all" if len(published) > 1 else "")
+        )
+    else:
+        lines.append(f"export         : none yet in {result['exports']['dir']}")
     if space.get("freeBytes") is not None:
         fit = space.get("savesThatFit")
         lines.append(
