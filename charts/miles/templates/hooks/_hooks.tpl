@@ -94,9 +94,13 @@ container copying miles_hooks from the hooks image (docs/CONTRACTS.md).
 {{- $v := $ctx.Values -}}
 {{- $s := .step -}}
 {{- $pools := include "miles.pools" $ctx | fromJson -}}
-{{- /* the RayJob's submitter pod outlives the hook phases, and with them the hooks' own account */ -}}
+{{- /* the RayJob's submitter pod and the export pods outlive the hook phases, and with them the hooks' own
+account: the submitter has its own, an export pod the Ray pods' (it calls no API) */ -}}
+{{- $account := include "miles.hooksServiceAccountName" $ctx -}}
+{{- if eq $s.key "submitter" }}{{ $account = include "miles.submitterServiceAccountName" $ctx }}{{ end -}}
+{{- if eq $s.key "export" }}{{ $account = include "miles.serviceAccountName" $ctx }}{{ end -}}
 {{- $pod := dict
-  "serviceAccountName" (ternary (include "miles.submitterServiceAccountName" $ctx) (include "miles.hooksServiceAccountName" $ctx) (eq $s.key "submitter"))
+  "serviceAccountName" $account
   "automountToken" (or (has $s.key (list "preflight" "waitReady" "test" "cleanup")) (and (eq $s.key "prepareData") (include "miles.imageFacts" $ctx)) (and (eq $s.key "submitter") (include "miles.exportOnRunEnd" $ctx)))
   "restartPolicy" "Never"
   "runSpec" $s.runSpec
