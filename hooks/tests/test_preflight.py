@@ -296,3 +296,25 @@ def test_evaluate_convert_names_what_each_node_lacks_and_the_values_to_change() 
 def test_evaluate_convert_is_silent_when_the_convert_pod_does_not_run_in_this_phase() -> None:
     assert pf.evaluate_convert([], convert_spec(runsThisPhase=False)) == []
     assert errors(pf.evaluate_convert([], convert_spec(runsThisPhase=True)))
+
+
+def test_evaluate_export_needs_a_node_of_its_pool_with_the_memory_a_whole_model_needs() -> None:
+    raw = base_spec()
+    raw["export"]["requests"] = {"cpu": "4", "memory": "124541Mi"}  # Qwen3-30B-A3B: 30.5e9 x 4 + 8 GiB
+    raw["model"]["parameterCount"] = 30500000000
+    small = node("g1")
+    small["status"]["allocatable"]["memory"] = "64Gi"
+    (err,) = errors(pf.evaluate_export([small, cpu_node("c1")], raw))
+    assert err.subject == "hooks.export"
+    assert err.message.startswith(
+        "no node can hold the export pod: it asks 4 cpu, 124541Mi memory (the model's tensors twice in bf16, "
+        "model.parameterCount=30500000000 x 4 bytes, plus 8 GiB; or hooks.export.resources.requests) on a "
+        'schedulable node matching nodeSelector {"node.kubernetes.io/instance-type": "p5en.48xlarge"}; '
+        "found 1 matching of 2 nodes: g1: allocatable memory is 64Gi, the export pod asks 124541Mi"
+    ), err.message
+    big = node("g2")
+    big["status"]["allocatable"]["memory"] = "2048Gi"
+    (found,) = pf.evaluate_export([small, big], raw)
+    assert (found.level, found.message) == (pf.INFO, "export pod can run on g2")
+    raw["export"]["enabled"] = False
+    assert pf.evaluate_export([small], raw) == []

@@ -182,6 +182,10 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
 {{- $full := include "miles.fullname" . -}}
 {{- $t := include "miles.topology" . | fromJson -}}
 {{- $pools := include "miles.pools" . | fromJson -}}
+{{- $exportRequests := dict -}}
+{{- range $name, $quantity := ((include "miles.exportResources" . | fromYaml).requests | default dict) -}}
+{{- $_ := set $exportRequests $name (include "miles.quantityText" $quantity) -}}
+{{- end -}}
 {{- $convertRequests := dict -}}
 {{- range $name, $quantity := (($v.hooks.convert.resources | default dict).requests | default dict) -}}
 {{- $_ := set $convertRequests $name (include "miles.quantityText" $quantity) -}}
@@ -282,7 +286,9 @@ Validated against hooks/src/miles_hooks/schemas/run-spec.schema.json by tests/ch
     "dir" (printf "%s/hf" $def.output.dir)
     "chunkBytes" (int64 $v.hooks.export.chunkBytes)
     "lockStaleSeconds" (int $v.hooks.export.lockStaleSeconds)
-    "jobTemplate" (include "miles.componentName" (dict "context" . "component" "export")))
+    "jobTemplate" (include "miles.componentName" (dict "context" . "component" "export"))
+    "pool" $pools.export
+    "requests" $exportRequests)
 -}}
 {{- toPrettyJson $spec -}}
 {{- end -}}

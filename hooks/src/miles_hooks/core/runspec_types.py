@@ -257,6 +257,8 @@ class ExportSpec(TypedDict):
     chunkBytes: int
     lockStaleSeconds: int
     jobTemplate: str
+    pool: NodePoolSpec
+    requests: dict[str, str]
 
 
 class RawSpec(TypedDict):

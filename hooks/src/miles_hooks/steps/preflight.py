@@ -290,6 +290,49 @@ def evaluate_convert(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]
     ]
 
 
+def evaluate_export(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
+    """A node for the export pod: it holds the whole model in host memory (its memory request), on the GPU
+    pool's nodes with hooks.export's labels and tolerations added. Without one, every export Job would wait,
+    Pending, until its deadline, and the run's end would publish no model: said now, before the run."""
+    export = raw["export"]
+    if not export["enabled"]:
+        return []
+    pool = export["pool"]
+    wants = {k: v for k, v in export["requests"].items() if k in ("cpu", "memory")}
+    selector = pool.get("nodeSelector") or {}
+    matching = [n for n in nodes if selector_matches(n, selector)]
+    usable: list[str] = []
+    rejected: list[str] = []
+    for node in matching:
+        reasons = unschedulable_reasons(node, pool)
+        have = (node.get("status") or {}).get("allocatable") or {}
+        for resource, want in wants.items():
+            if parse_exact(have.get(resource)) < parse_exact(want):
+                reasons.append(
+                    f"allocatable {resource} is {have.get(resource, 0)}, the export pod asks {want}"
+                )
+        (rejected if reasons else usable).append(
+            node_name(node) + (f": {'; '.join(reasons)}" if reasons else "")
+        )
+    if usable:
+        return [can_run_on("hooks.export", "export pod", usable)]
+    detail = "; ".join(rejected[:5]) + (f"; and {len(rejected) - 5} more" if len(rejected) > 5 else "")
+    asks = ", ".join(f"{want} {resource}" for resource, want in wants.items())
+    return [
+        Finding(
+            ERROR,
+            "hooks.export",
+            f"no node can hold the export pod: it asks {asks} (the model's tensors twice in bf16, "
+            f"model.parameterCount={raw['model']['parameterCount']} x 4 bytes, plus 8 GiB; or "
+            f"hooks.export.resources.requests) on a schedulable node matching nodeSelector "
+            f"{json.dumps(selector, sort_keys=True)}; found {len(matching)} matching of {len(nodes)} nodes"
+            + (f": {detail}" if detail else "")
+            + "; point hooks.export.nodeSelector/tolerations (added to gpuPods') at nodes with that memory, "
+            "set hooks.export.resources.requests.memory, or hooks.export.enabled=false",
+        )
+    ]
+
+
 # --------------------------------------------------------------------------- spec-only checks (pure)
 
 
@@ -541,6 +584,7 @@ def gather(spec: RunSpec, api: kube.Api) -> list[Finding]:
             if raw["mode"] == "rayCluster":
                 findings.extend(evaluate_head(nodes, raw))
             findings.extend(evaluate_convert(nodes, raw))
+            findings.extend(evaluate_export(nodes, raw))
     else:
         findings.append(Finding(INFO, "hooks.preflight.nodeChecks", "node checks disabled"))
 
