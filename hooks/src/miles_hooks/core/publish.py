@@ -70,7 +70,8 @@ def run_tool(
 ) -> float:
     """Run ``argv`` (its output goes to our stderr, the pod's log; stdout stays for ``--json``) until it ends,
     the lock is lost or the deadline passes; killed with its process group otherwise, and when this process
-    dies. Returns the seconds it ran; CheckFailed / HookTimeout naming ``what`` when it did not succeed."""
+    dies. Returns the seconds it ran; CheckFailed / HookTimeout naming ``what`` when it did not succeed
+    (``failure_hint`` added when the tool was SIGKILLed, as the OOM killer does)."""
     LOG.info(f"running the {what}", extra={"fields": {"command": shlex.join(argv), "cwd": cwd or "."}})
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -101,8 +102,10 @@ def run_tool(
             proc.wait()
     seconds = time.monotonic() - started
     if code != 0:
+        killed = code in (-signal.SIGKILL, 128 + signal.SIGKILL)  # the kernel's OOM killer sends SIGKILL
         raise CheckFailed(
-            f"the {what} exited with code {code} after {seconds:.0f}s; see its output above ({failure_hint})"
+            f"the {what} exited with code {code} after {seconds:.0f}s; see its output above"
+            + (f" (killed: {failure_hint})" if killed else "")
         )
     LOG.info(f"{what} finished", extra={"fields": {"seconds": round(seconds, 1)}})
     return seconds

@@ -227,7 +227,7 @@ def run_converter(raw: RawSpec, save_dir: Path, deadline: float, lock: FileLock)
         cwd=str(workdir) if workdir.is_dir() else None,
         deadline=deadline,
         lock=lock,
-        failure_hint="host OOM on large models: raise the convert Job's memory, or use "
+        failure_hint="host OOM on large models? raise the convert Job's memory, or use "
         "hooks.convert.nprocPerNode",
         deadline_hint="raise the convert Job's activeDeadlineSeconds / --timeout",
     )

@@ -250,8 +250,8 @@ def run(
                 cwd=str(workdir) if workdir.is_dir() else None,
                 deadline=deadline,
                 lock=lock,
-                failure_hint="host OOM: raise hooks.export.resources' memory (the exporter holds the whole "
-                "model in host memory)",
+                failure_hint="host OOM? the exporter holds the whole model in host memory: raise "
+                "hooks.export.resources' memory",
                 deadline_hint="raise hooks.export.activeDeadlineSeconds",
             )
             LOG.info(
