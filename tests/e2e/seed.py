@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,15 +35,17 @@ DATASETS = {
 }
 
 
-def write(path: Path, data: str | bytes) -> None:
+def write(path: Path, data: str | bytes) -> bool:
+    """Write ``data`` unless the file holds it already; True when it wrote."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, str):
         data = data.encode()
     if path.exists() and path.read_bytes() == data:
-        return
+        return False
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
+    return True
 
 
 def safetensors_bytes(tensors: dict[str, list[int]]) -> bytes:
@@ -99,18 +102,23 @@ def tokenizer_json() -> dict[str, Any]:
     }
 
 
-def write_weights(d: Path, vocab: int, hidden: int, layers: int) -> None:
+def write_weights(d: Path, vocab: int, hidden: int, layers: int) -> bool:
     tensors = base_tensors(vocab, hidden, layers)
     names = list(tensors)
     shards = {"model-00001-of-00002.safetensors": names[:2], "model-00002-of-00002.safetensors": names[2:]}
     weight_map = {}
+    changed = False
     for filename, part in shards.items():
-        write(d / filename, safetensors_bytes({n: tensors[n] for n in part}))
+        changed |= write(d / filename, safetensors_bytes({n: tensors[n] for n in part}))
         weight_map.update(dict.fromkeys(part, filename))
     total = sum(2 * math.prod(shape) for shape in tensors.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    write(d / "model.safetensors.index.json", json.dumps(index, indent=2) + "\n")
-    (d / "model.safetensors").unlink(missing_ok=True)  # the single placeholder blob older seeds wrote
+    changed |= write(d / "model.safetensors.index.json", json.dumps(index, indent=2) + "\n")
+    old = d / "model.safetensors"  # the single placeholder blob older seeds wrote
+    if old.exists():
+        old.unlink()
+        changed = True
+    return changed
 
 
 def seed(fsx: Path, revision: str = "main") -> Path:
@@ -133,17 +141,23 @@ def seed(fsx: Path, revision: str = "main") -> Path:
             "max_position_embeddings": 4096,
             "torch_dtype": "bfloat16",
         }
-        write(d / "config.json", json.dumps(config, indent=1) + "\n")
+        changed = write(d / "config.json", json.dumps(config, indent=1) + "\n")
         tokenizer_config = {
             "model_max_length": 4096,
             "tokenizer_class": "PreTrainedTokenizerFast",
             "unk_token": "<unk>",
             "eos_token": "<|endoftext|>",
         }
-        write(d / "tokenizer_config.json", json.dumps(tokenizer_config) + "\n")
-        write(d / "tokenizer.json", json.dumps(tokenizer_json(), indent=1) + "\n")
-        write(d / "generation_config.json", json.dumps({"temperature": 0.6}) + "\n")
-        write_weights(d, vocab, hidden, layers)
+        changed |= write(d / "tokenizer_config.json", json.dumps(tokenizer_config) + "\n")
+        changed |= write(d / "tokenizer.json", json.dumps(tokenizer_json(), indent=1) + "\n")
+        changed |= write(d / "generation_config.json", json.dumps({"temperature": 0.6}) + "\n")
+        changed |= write_weights(d, vocab, hidden, layers)
+        if changed:
+            # the mirror changed under the same revision (a newer seed): what prepare-data and the converter
+            # made of the old one (the scenarios' model.hfPath and torchDistPath) would pass their fast paths
+            name = repo.split("/")[1]
+            for made in (fsx / "models" / name, fsx / "models" / f"{name}_torch_dist"):
+                shutil.rmtree(made, ignore_errors=True)
     for repo, name in DATASETS.items():
         rows = [
             {"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "label": str(2 * i)}
@@ -197,8 +211,6 @@ def publish_converted(raw: dict[str, Any], mirror: Path) -> None:
     }
     fsutil.atomic_write_json(tmp / convert.MARKER, marker)
     if target.exists():
-        import shutil
-
         shutil.rmtree(target)
     os.rename(tmp, target)
 
