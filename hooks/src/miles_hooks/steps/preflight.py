@@ -245,6 +245,27 @@ def evaluate_head(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
     ]
 
 
+def fit_pool(
+    nodes: list[dict[str, Any]], pool: NodePoolSpec, wants: dict[str, str], who: str
+) -> tuple[list[str], str, list[dict[str, Any]]]:
+    """The nodes of ``pool`` that can take a pod asking ``wants`` (allocatable, not what is free): their
+    names, why the others cannot (the first five), and the pool's nodes."""
+    matching = [n for n in nodes if selector_matches(n, pool.get("nodeSelector") or {})]
+    usable: list[str] = []
+    rejected: list[str] = []
+    for node in matching:
+        reasons = unschedulable_reasons(node, pool)
+        have = (node.get("status") or {}).get("allocatable") or {}
+        for resource, want in wants.items():
+            if parse_exact(have.get(resource)) < parse_exact(want):
+                reasons.append(f"allocatable {resource} is {have.get(resource, 0)}, {who} asks {want}")
+        (rejected if reasons else usable).append(
+            node_name(node) + (f": {'; '.join(reasons)}" if reasons else "")
+        )
+    detail = "; ".join(rejected[:5]) + (f"; and {len(rejected) - 5} more" if len(rejected) > 5 else "")
+    return usable, detail, matching
+
+
 def evaluate_convert(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
     """A node for the GPU convert pod, when it runs in this phase: it selects the GPU pool's nodes (with
     hooks.convert's labels and tolerations added) and asks for nprocPerNode GPUs and its own CPU and
@@ -258,23 +279,9 @@ def evaluate_convert(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]
     wants: dict[str, str] = {gpu_resource: str(convert["nprocPerNode"])}
     wants.update({k: v for k, v in convert["requests"].items() if k in ("cpu", "memory")})
     selector = pool.get("nodeSelector") or {}
-    matching = [n for n in nodes if selector_matches(n, selector)]
-    usable: list[str] = []
-    rejected: list[str] = []
-    for node in matching:
-        reasons = unschedulable_reasons(node, pool)
-        have = (node.get("status") or {}).get("allocatable") or {}
-        for resource, want in wants.items():
-            if parse_exact(have.get(resource)) < parse_exact(want):
-                reasons.append(
-                    f"allocatable {resource} is {have.get(resource, 0)}, the convert pod asks {want}"
-                )
-        (rejected if reasons else usable).append(
-            node_name(node) + (f": {'; '.join(reasons)}" if reasons else "")
-        )
+    usable, detail, matching = fit_pool(nodes, pool, wants, "the convert pod")
     if usable:
         return [can_run_on("hooks.convert", "convert pod", usable)]
-    detail = "; ".join(rejected[:5]) + (f"; and {len(rejected) - 5} more" if len(rejected) > 5 else "")
     asks = ", ".join(f"{want} {resource}" for resource, want in wants.items())
     return [
         Finding(
@@ -300,23 +307,9 @@ def evaluate_export(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
     pool = export["pool"]
     wants = {k: v for k, v in export["requests"].items() if k in ("cpu", "memory")}
     selector = pool.get("nodeSelector") or {}
-    matching = [n for n in nodes if selector_matches(n, selector)]
-    usable: list[str] = []
-    rejected: list[str] = []
-    for node in matching:
-        reasons = unschedulable_reasons(node, pool)
-        have = (node.get("status") or {}).get("allocatable") or {}
-        for resource, want in wants.items():
-            if parse_exact(have.get(resource)) < parse_exact(want):
-                reasons.append(
-                    f"allocatable {resource} is {have.get(resource, 0)}, the export pod asks {want}"
-                )
-        (rejected if reasons else usable).append(
-            node_name(node) + (f": {'; '.join(reasons)}" if reasons else "")
-        )
+    usable, detail, matching = fit_pool(nodes, pool, wants, "the export pod")
     if usable:
         return [can_run_on("hooks.export", "export pod", usable)]
-    detail = "; ".join(rejected[:5]) + (f"; and {len(rejected) - 5} more" if len(rejected) > 5 else "")
     asks = ", ".join(f"{want} {resource}" for resource, want in wants.items())
     return [
         Finding(
