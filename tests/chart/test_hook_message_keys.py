@@ -25,8 +25,9 @@ def key_pattern(tops: set[str]) -> re.Pattern[str]:
     """A dotted path whose first part is one of ``tops``, not inside a longer word, path or URL."""
     alternatives = "|".join(sorted(tops, key=len, reverse=True))
     prefixes = "|".join(map(re.escape, SPEC_PREFIXES))
-    # a file name (train.py) is not a key
-    return re.compile(rf"(?<![\w./-])((?:{prefixes})?)((?:{alternatives})(?:\.[A-Za-z]\w*)+)(?!\w)(?<!\.py)")
+    # a file name (train.py, model.safetensors.index.json) is not a key
+    files = r"(?<!\.py)(?<!\.json)(?<!\.safetensors)"
+    return re.compile(rf"(?<![\w./-])((?:{prefixes})?)((?:{alternatives})(?:\.[A-Za-z]\w*)+)(?!\w|\.\w){files}")
 
 
 def in_values(path: str) -> bool:

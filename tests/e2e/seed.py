@@ -121,6 +121,19 @@ def write_weights(d: Path, vocab: int, hidden: int, layers: int) -> bool:
     return changed
 
 
+def prepared_from_another_mirror(hf_path: Path, mirror_dir: Path) -> bool:
+    """Whether prepare-data's marker in ``hf_path`` lists other files than the mirror holds now."""
+    try:
+        marker = json.loads((hf_path / ".miles-hooks-prepared.json").read_text())
+    except (OSError, ValueError):
+        return False
+    recorded = {(f.get("name"), f.get("size")) for f in marker.get("files") or [] if isinstance(f, dict)}
+    mirrored = {
+        (str(p.relative_to(mirror_dir)), p.stat().st_size) for p in mirror_dir.rglob("*") if p.is_file()
+    }
+    return recorded != mirrored
+
+
 def seed(fsx: Path, revision: str = "main") -> Path:
     mirror = fsx / "hub-mirror"
     for repo, (vocab, hidden, layers) in MODELS.items():
@@ -152,10 +165,10 @@ def seed(fsx: Path, revision: str = "main") -> Path:
         changed |= write(d / "tokenizer.json", json.dumps(tokenizer_json(), indent=1) + "\n")
         changed |= write(d / "generation_config.json", json.dumps({"temperature": 0.6}) + "\n")
         changed |= write_weights(d, vocab, hidden, layers)
-        if changed:
+        name = repo.split("/")[1]
+        if changed or prepared_from_another_mirror(fsx / "models" / name, d):
             # the mirror changed under the same revision (a newer seed): what prepare-data and the converter
             # made of the old one (the scenarios' model.hfPath and torchDistPath) would pass their fast paths
-            name = repo.split("/")[1]
             for made in (fsx / "models" / name, fsx / "models" / f"{name}_torch_dist"):
                 shutil.rmtree(made, ignore_errors=True)
     for repo, name in DATASETS.items():

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from miles_hooks.core import fsutil, log
@@ -121,3 +121,39 @@ def publish(staging: Path, target: Path, lock: FileLock) -> None:
         path.chmod(mode | (0o755 if path.is_dir() else 0o444))
     os.rename(staging, target)
     fsutil.fsync_dir(target.parent)
+
+
+def build_under_lock(
+    target: Path,
+    lock: FileLock,
+    *,
+    what: str,
+    still_needed: Callable[[], str | None],
+    build: Callable[[Path], None],
+    make_staging: bool,
+    on_published: Callable[[], None] = lambda: None,
+) -> bool:
+    """With ``lock`` held (released here): False when ``still_needed`` finds nothing to do any more (another
+    writer published while we waited for the lock); otherwise the leftovers of killed writers removed, an
+    invalid result moved aside, ``build(staging)`` (the tool's output, validated, its marker written into
+    it) and the staging directory published, then ``on_published()``, still under the lock. A failure
+    removes the staging directory and publishes nothing."""
+    try:
+        why = still_needed()
+        if why is None:
+            return False
+        remove_leftovers(target, what)
+        move_aside(target, why)
+        staging = staging_dir(target)
+        if make_staging:
+            staging.mkdir()
+        try:
+            build(staging)
+            publish(staging, target, lock)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        on_published()
+    finally:
+        lock.release()
+    return True

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -262,39 +261,35 @@ def run(
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(target.parent / f".{target.name}.lock", raw["convert"]["lockStaleSeconds"])
     lock.acquire(max(0.0, deadline - time.monotonic()))
-    try:
-        why = published_mismatch(target, source)
-        if why is None and not force:
-            LOG.info("another converter published it while we waited; skipping")
-            return {
-                "converted": False,
-                "skipped": True,
-                "reason": "converted concurrently",
-                "target": str(target),
-            }
-        publish.remove_leftovers(target, "conversion")
-        publish.move_aside(target, why)
-        tmp = publish.staging_dir(target)
-        tmp.mkdir()
-        try:
-            run_converter(raw, tmp, deadline, lock)
-            hf_config = fsutil.read_json(Path(raw["model"]["hfPath"]) / "config.json") or {}
-            summary = validate(tmp, hf_config if isinstance(hf_config, dict) else {})
-            marker = {
-                "kind": MARKER_KIND,
-                "version": 1,
-                "source": source,
-                "files": listed_files(tmp),
-                "tensors": summary["tensors"],
-                "convertedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            fsutil.atomic_write_json(tmp / MARKER, marker)
-            publish.publish(tmp, target, lock)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    finally:
-        lock.release()
+    summary: dict[str, Any] = {}
+
+    def build(tmp: Path) -> None:
+        run_converter(raw, tmp, deadline, lock)
+        hf_config = fsutil.read_json(Path(raw["model"]["hfPath"]) / "config.json") or {}
+        summary.update(validate(tmp, hf_config if isinstance(hf_config, dict) else {}))
+        marker = {
+            "kind": MARKER_KIND,
+            "version": 1,
+            "source": source,
+            "files": listed_files(tmp),
+            "tensors": summary["tensors"],
+            "convertedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        fsutil.atomic_write_json(tmp / MARKER, marker)
+
+    def still_needed() -> str | None:
+        return "--force" if force else published_mismatch(target, source)
+
+    if not publish.build_under_lock(
+        target, lock, what="conversion", still_needed=still_needed, build=build, make_staging=True
+    ):
+        LOG.info("another converter published it while we waited; skipping")
+        return {
+            "converted": False,
+            "skipped": True,
+            "reason": "converted concurrently",
+            "target": str(target),
+        }
     LOG.info(
         "published the torch_dist checkpoint",
         extra={

@@ -25,7 +25,6 @@ Sequence:
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -228,76 +227,77 @@ def run(
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(target.parent / LOCK, raw["export"]["lockStaleSeconds"])
     lock.acquire(max(0.0, deadline - time.monotonic()))
-    try:
-        why = published_mismatch(target, source)
-        if why is None and not force:
-            LOG.info("another exporter published it while we waited; nothing to do")
-            return {
-                "exported": False,
-                "skipped": True,
-                "reason": "exported concurrently",
-                "target": str(target),
-            }
-        publish.remove_leftovers(target, "export")
-        publish.move_aside(target, why)
-        staging = publish.staging_dir(target)
-        try:
-            workdir = Path(raw["train"]["workdir"])
-            export_seconds = publish.run_tool(
-                exporter_argv(raw, iteration, staging),
-                what="exporter",
-                env={**os.environ, **raw["runtimeEnv"]["envVars"]},
-                cwd=str(workdir) if workdir.is_dir() else None,
-                deadline=deadline,
-                lock=lock,
-                failure_hint="host OOM? the exporter holds the whole model in host memory: raise "
-                "hooks.export.resources' memory",
-                deadline_hint="raise hooks.export.activeDeadlineSeconds",
-            )
-            LOG.info(
-                "validating the export against the base model",
-                extra={"fields": {"base": raw["model"]["hfPath"]}},
-            )
-            t0 = time.monotonic()
-            summary = validate(staging, Path(raw["model"]["hfPath"]))
-            validate_seconds = time.monotonic() - t0
-            files = checksummed_files(staging)
-            marker = {
-                "kind": MARKER_KIND,
-                "version": 1,
-                "source": source,
-                "files": files,
-                "tensors": summary["tensors"],
-                "loadedAs": summary["loadedAs"],
-                "tool": {"command": list(raw["export"]["command"]), "image": raw["images"]["miles"]},
-                "exportedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            fsutil.atomic_write_json(staging / MARKER, marker)
-            publish.publish(staging, target, lock)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        record_provenance(
-            raw,
-            {
-                "iteration": iteration,
-                "path": str(target),
-                "exportedAt": marker["exportedAt"],
-                "files": [{"name": f["name"], "sha256": f["sha256"]} for f in files],
-                "tool": marker["tool"],
-            },
+    done: dict[str, Any] = {}
+
+    def build(staging: Path) -> None:
+        workdir = Path(raw["train"]["workdir"])
+        done["exportSeconds"] = publish.run_tool(
+            exporter_argv(raw, iteration, staging),
+            what="exporter",
+            env={**os.environ, **raw["runtimeEnv"]["envVars"]},
+            cwd=str(workdir) if workdir.is_dir() else None,
+            deadline=deadline,
+            lock=lock,
+            failure_hint="host OOM? the exporter holds the whole model in host memory: raise "
+            "hooks.export.resources' memory",
+            deadline_hint="raise hooks.export.activeDeadlineSeconds",
         )
-    finally:
-        lock.release()
+        LOG.info(
+            "validating the export against the base model", extra={"fields": {"base": raw["model"]["hfPath"]}}
+        )
+        t0 = time.monotonic()
+        summary = validate(staging, Path(raw["model"]["hfPath"]))
+        done["validateSeconds"] = time.monotonic() - t0
+        files = checksummed_files(staging)
+        marker = {
+            "kind": MARKER_KIND,
+            "version": 1,
+            "source": source,
+            "files": files,
+            "tensors": summary["tensors"],
+            "loadedAs": summary["loadedAs"],
+            "tool": {"command": list(raw["export"]["command"]), "image": raw["images"]["miles"]},
+            "exportedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        fsutil.atomic_write_json(staging / MARKER, marker)
+        done["marker"] = marker
+
+    def still_needed() -> str | None:
+        return "--force" if force else published_mismatch(target, source)
+
+    def record() -> None:
+        marker = done["marker"]
+        entry = {
+            "iteration": iteration,
+            "path": str(target),
+            "exportedAt": marker["exportedAt"],
+            "files": [{"name": f["name"], "sha256": f["sha256"]} for f in marker["files"]],
+            "tool": marker["tool"],
+        }
+        record_provenance(raw, entry)
+
+    if not publish.build_under_lock(
+        target,
+        lock,
+        what="export",
+        still_needed=still_needed,
+        build=build,
+        make_staging=False,
+        on_published=record,
+    ):
+        LOG.info("another exporter published it while we waited; nothing to do")
+        return {"exported": False, "skipped": True, "reason": "exported concurrently", "target": str(target)}
+    marker = done["marker"]
+    files = marker["files"]
     result = {
         "exported": True,
         "skipped": False,
         "iteration": iteration,
         "target": str(target),
-        "tensors": summary["tensors"],
+        "tensors": marker["tensors"],
         "bytes": sum(f["size"] for f in files),
-        "exportSeconds": round(export_seconds, 1),
-        "validateSeconds": round(validate_seconds, 1),
+        "exportSeconds": round(done["exportSeconds"], 1),
+        "validateSeconds": round(done["validateSeconds"], 1),
         "seconds": round(time.monotonic() - started, 1),
     }
     LOG.info("published the Hugging Face model", extra={"fields": result})

@@ -321,7 +321,7 @@ def evaluate_export(nodes: list[dict[str, Any]], raw: RawSpec) -> list[Finding]:
             f"{json.dumps(selector, sort_keys=True)}; found {len(matching)} matching of {len(nodes)} nodes"
             + (f": {detail}" if detail else "")
             + "; point hooks.export.nodeSelector/tolerations (added to gpuPods') at nodes with that memory, "
-            "set hooks.export.resources.requests.memory, or hooks.export.enabled=false",
+            "set a memory request in hooks.export.resources, or hooks.export.enabled=false",
         )
     ]
 
