@@ -117,6 +117,8 @@ defs = {
         },
     },
 }
+# a command line: at least the program, no empty word
+ARGV = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
 OVERRIDES = {
     "nameOverride": {
         "type": "string",
@@ -346,19 +348,11 @@ OVERRIDES = {
     "checks.health.maxRepetitionFrac": {"type": "number", "minimum": 0, "maximum": 1},
     "hooks.logFormat": {"enum": ["text", "json"]},
     "hooks.backoffLimit": {"type": "integer", "minimum": 0},
-    "hooks.convert.command": {
-        "type": "array",
-        "minItems": 1,
-        "items": {"type": "string", "minLength": 1},
-    },
+    "hooks.convert.command": ARGV,
     "hooks.convert.shmSize": {"$ref": "#/definitions/quantity"},
     "hooks.convert.activeDeadlineSeconds": {"type": "integer", "minimum": 300},
     "hooks.convertCheck.activeDeadlineSeconds": {"type": "integer", "minimum": 60},
-    "hooks.export.command": {
-        "type": "array",
-        "minItems": 1,
-        "items": {"type": "string", "minLength": 1},
-    },
+    "hooks.export.command": ARGV,
     "hooks.export.activeDeadlineSeconds": {"type": "integer", "minimum": 300},
     "hooks.export.backoffLimit": {"type": "integer", "minimum": 0},
     "hooks.export.ttlSecondsAfterFinished": {"type": "integer", "minimum": 0},
