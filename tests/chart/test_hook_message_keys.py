@@ -27,7 +27,8 @@ def key_pattern(tops: set[str]) -> re.Pattern[str]:
     prefixes = "|".join(map(re.escape, SPEC_PREFIXES))
     # a file name (train.py, model.safetensors.index.json) is not a key
     files = r"(?<!\.py)(?<!\.json)(?<!\.safetensors)"
-    return re.compile(rf"(?<![\w./-])((?:{prefixes})?)((?:{alternatives})(?:\.[A-Za-z]\w*)+)(?!\w|\.\w){files}")
+    key = rf"((?:{prefixes})?)((?:{alternatives})(?:\.[A-Za-z]\w*)+)"
+    return re.compile(rf"(?<![\w./-]){key}(?!\w|\.\w){files}")
 
 
 def in_values(path: str) -> bool:
